@@ -1,0 +1,24 @@
+# make test / make bench work on a fresh machine: they build .venv first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+MPIEXEC := $(VENV)/bin/mpiexec
+
+.PHONY: test bench venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+test: venv
+	$(PY) -m pytest -q
+
+bench: venv
+	$(MPIEXEC) -n 4 $(PY) -m bench all_reduce --transport shm -b 8 -e 64M -f 4 --check
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,41 @@
+"""All-gather algorithms: ``out`` (N blocks) gets rank i's ``x`` in block i.
+
+Bytes on the wire per rank, S = x.nbytes (one block; docs/algorithms.md):
+  ring   (N-1) * S sent and received, in N-1 steps
+  bruck  (N-1) * S sent and received, in ceil(log2 N) steps
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from transports import Endpoint
+
+from . import ring as _ring
+
+
+def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    n, m = ep.size, x.size
+    np.copyto(out[ep.rank * m:(ep.rank + 1) * m], x)
+    _ring.all_gather(ep, out, [i * m for i in range(n + 1)])
+
+
+def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """Bruck et al. 1997: round k sends the first min(k, N-k) blocks to rank - k."""
+    n, m, r = ep.size, x.size, ep.rank
+    tmp = np.empty_like(out) if n > 1 else out
+    np.copyto(tmp[:m], x)
+    k = 1
+    while k < n:
+        c = min(k, n - k)
+        ep.sendrecv(tmp[:c * m], (r - k) % n, tmp[k * m:(k + c) * m], (r + k) % n)
+        k <<= 1
+    if n > 1:  # tmp block i holds rank (r + i)'s data
+        np.copyto(out[r * m:], tmp[:(n - r) * m])
+        np.copyto(out[:r * m], tmp[(n - r) * m:])
+
+
+ALGORITHMS = {"ring": ring, "bruck": bruck}
+
+
+def choose(nbytes: int, size: int) -> str:
+    return "bruck" if nbytes * size <= 64 * 1024 else "ring"

@@ -1,0 +1,45 @@
+"""All-to-all: rank r's ``out`` block j is rank j's ``x`` block r.
+
+Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
+  pairwise  (N-1)/N * S sent and received, in N-1 steps
+  linear    the same bytes, all N-1 exchanges posted at once
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from transports import Endpoint
+
+
+def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    m, r = out.size // ep.size, ep.rank
+    if out is x or np.may_share_memory(out, x):
+        x = x.copy()
+    np.copyto(out[r * m:(r + 1) * m], x[r * m:(r + 1) * m])
+    return x
+
+
+def pairwise(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """Step i exchanges with rank + i and rank - i (one partner each way per step)."""
+    n, r = ep.size, ep.rank
+    m = out.size // n
+    x = _prepare(ep, x, out)
+    for i in range(1, n):
+        dst, src = (r + i) % n, (r - i) % n
+        ep.sendrecv(x[dst * m:(dst + 1) * m], dst, out[src * m:(src + 1) * m], src)
+
+
+def linear(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    n, r = ep.size, ep.rank
+    m = out.size // n
+    x = _prepare(ep, x, out)
+    reqs = [ep.irecv(out[s * m:(s + 1) * m], s) for s in range(n) if s != r]
+    reqs += [ep.isend(x[d * m:(d + 1) * m], d) for d in range(n) if d != r]
+    ep.waitall(reqs)
+
+
+ALGORITHMS = {"pairwise": pairwise, "linear": linear}
+
+
+def choose(nbytes: int, size: int) -> str:
+    return "linear" if nbytes <= 4 * 1024 else "pairwise"

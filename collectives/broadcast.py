@@ -1,0 +1,78 @@
+"""Broadcast algorithms; ``buf`` (flat) is filled in place with root's values.
+
+Bytes on the wire, S = buf.nbytes (docs/algorithms.md):
+  binomial           S received by every non-root; a rank sends S per child
+  scatter_allgather  root sends (N-1)/N*S in the scatter; every rank sends
+                     about (N-1)/N*S in the ring all-gather
+  chain              every rank but the last sends S, every non-root receives S
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from transports import Endpoint
+
+from . import ring as _ring
+from .ranks import absolute, block_bounds, rel
+
+CHAIN_CHUNK_BYTES = 256 * 1024
+
+
+def binomial(ep: Endpoint, buf: np.ndarray, root: int) -> None:
+    """ceil(log2 N) rounds: in round k, ranks holding the data send to rank + 2^k."""
+    n = ep.size
+    vr = rel(ep.rank, root, n)
+    mask = 1
+    while mask < n:
+        if vr & mask:
+            ep.recv(buf, absolute(vr - mask, root, n))
+            break
+        mask <<= 1
+    mask >>= 1
+    reqs = []
+    while mask > 0:
+        if vr + mask < n:
+            reqs.append(ep.isend(buf, absolute(vr + mask, root, n)))
+        mask >>= 1
+    ep.waitall(reqs)
+
+
+def scatter_allgather(ep: Endpoint, buf: np.ndarray, root: int) -> None:
+    """Root scatters N blocks, then a ring all-gather (van de Geijn)."""
+    n = ep.size
+    if n == 1:
+        return
+    b = block_bounds(buf.size, n)
+    vr = rel(ep.rank, root, n)
+    if vr == 0:
+        ep.waitall([ep.isend(buf[b[v]:b[v + 1]], absolute(v, root, n)) for v in range(1, n)])
+    else:
+        ep.recv(buf[b[vr]:b[vr + 1]], root)
+    order = [absolute(v, root, n) for v in range(n)]
+    _ring.all_gather(ep, buf, b, order=order)
+
+
+def chain(ep: Endpoint, buf: np.ndarray, root: int) -> None:
+    """Pipelined chain root -> root+1 -> ...: chunk k+1 arrives while chunk k is forwarded."""
+    n = ep.size
+    if n == 1:
+        return
+    vr = rel(ep.rank, root, n)
+    step = max(1, CHAIN_CHUNK_BYTES // max(1, buf.itemsize))
+    reqs = []
+    for lo in range(0, max(buf.size, 1), step):
+        piece = buf[lo:lo + step]
+        if vr > 0:
+            ep.recv(piece, absolute(vr - 1, root, n))
+        if vr < n - 1:
+            reqs.append(ep.isend(piece, absolute(vr + 1, root, n)))
+    ep.waitall(reqs)
+
+
+ALGORITHMS = {"binomial": binomial, "scatter_allgather": scatter_allgather, "chain": chain}
+
+
+def choose(nbytes: int, size: int) -> str:
+    if nbytes <= 64 * 1024 or size <= 2:
+        return "binomial"
+    return "scatter_allgather"

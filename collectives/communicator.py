@@ -1,0 +1,441 @@
+"""The Communicator: checks arguments, picks an algorithm, runs it in order."""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from transports import CollectiveError, KINDS, Transport, open_transport
+from transports.base import broken_error
+
+from . import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather,
+               reduce, reduce_scatter)
+from . import validate as v
+from .ops import UFUNCS, Op, resolve
+from .work import Executor, Work
+
+DEFAULT_TIMEOUT = 300.0
+
+# call name -> (algorithm table, default chooser(nbytes, size))
+_FAMILIES: dict[str, tuple[dict, Callable[[int, int], str]]] = {
+    "all_reduce": (all_reduce.ALGORITHMS, all_reduce.choose),
+    "broadcast": (broadcast.ALGORITHMS, broadcast.choose),
+    "reduce": (reduce.ALGORITHMS, reduce.choose),
+    "all_gather": (all_gather.ALGORITHMS, all_gather.choose),
+    "reduce_scatter": (reduce_scatter.ALGORITHMS, reduce_scatter.choose),
+    "all_to_all": (all_to_all.ALGORITHMS, all_to_all.choose),
+    "gather": (gather.GATHER, gather.choose),
+    "scatter": (gather.SCATTER, gather.choose),
+    "barrier": (barrier.ALGORITHMS, lambda nbytes, size: "dissemination"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    """Payload bytes this rank sent to and received from other ranks."""
+
+    sent_bytes: int = 0
+    recv_bytes: int = 0
+
+    def __sub__(self, other: "Traffic") -> "Traffic":
+        return Traffic(self.sent_bytes - other.sent_bytes, self.recv_bytes - other.recv_bytes)
+
+    def __add__(self, other: "Traffic") -> "Traffic":
+        return Traffic(self.sent_bytes + other.sent_bytes, self.recv_bytes + other.recv_bytes)
+
+
+_LIVE: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:  # before mpi4py finalizes MPI
+    for c in list(_LIVE):
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+def init(transport: str = "auto", timeout: float | None = None) -> "Communicator":
+    """Join the job launched by mpiexec and connect all its ranks.
+
+    ``transport``: "auto" (shared memory when every rank is on one host, MPI
+    otherwise), "shm", "mpi" or "cuda".  ``timeout``: seconds a rank waits
+    for its peers without progress before CollectiveTimeout (default
+    $COLLECTIVES_TIMEOUT, else 300).
+    """
+    if transport not in KINDS:
+        raise ValueError(f"init: transport must be one of {KINDS}, got {transport!r}")
+    if timeout is None:
+        timeout = float(os.environ.get("COLLECTIVES_TIMEOUT", DEFAULT_TIMEOUT))
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise ValueError(f"init: timeout must be a positive number of seconds, got {timeout!r}")
+    from mpi4py import MPI
+    mpicomm = MPI.COMM_WORLD.Dup()
+    try:
+        t = open_transport(transport, mpicomm, float(timeout))
+    except BaseException:
+        mpicomm.Free()
+        raise
+    return Communicator(mpicomm, t)
+
+
+class Communicator:
+    """A group of ranks and every collective and point-to-point call among them.
+
+    Arrays are numpy arrays of any shape, C-contiguous, of the dtypes in
+    ``collectives.ops.DTYPES``.  Every collective takes ``async_op`` and
+    (reducing and gathering calls) ``algorithm``; see API.md.
+    """
+
+    def __init__(self, mpicomm, transport: Transport):
+        self._mpi = mpicomm
+        self._t = transport
+        self.rank: int = transport.rank
+        self.size: int = transport.size
+        self.timeout: float = transport.timeout
+        self._seq = 0
+        self._exec = Executor(f"{transport.name}-{self.rank}")
+        self._broken: BaseException | None = None
+        self._closed = False
+        _LIVE.add(self)
+
+    # -- properties -----------------------------------------------------------
+    @property
+    def transport(self) -> str:
+        return self._t.name
+
+    @property
+    def traffic(self) -> Traffic:
+        return Traffic(self._t.sent_bytes, self._t.recv_bytes)
+
+    def algorithms(self, name: str) -> list[str]:
+        """The names that ``algorithm=`` accepts for collective ``name``."""
+        if name not in _FAMILIES:
+            raise ValueError(f"algorithms: unknown collective {name!r}; expected one of "
+                             f"{sorted(_FAMILIES)}")
+        return list(_FAMILIES[name][0])
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else self._t.name
+        return f"<Communicator rank {self.rank} of {self.size} ({state})>"
+
+    # -- machinery ------------------------------------------------------------
+    def _open(self, call: str) -> None:
+        if self._closed:
+            raise ValueError(f"{call}: the communicator is closed")
+
+    def _pick(self, call: str, algorithm, nbytes: int):
+        table, choose = _FAMILIES[call]
+        name = v.algorithm(call, algorithm, table) or choose(nbytes, self.size)
+        return table[name]
+
+    def _run(self, call: str, body: Callable[[Any], Any], async_op: bool):
+        """Queue ``body(endpoint)`` as the next collective of this communicator."""
+        self._seq += 1
+        seq = self._seq
+
+        def task():
+            if self._broken is not None:
+                raise broken_error(self._broken)
+            ep = self._t.coll
+            ep.tag = seq
+            self._t.set_arrived(seq)
+            try:
+                return body(ep)
+            except CollectiveError as e:
+                e.call = e.call or call
+                self._broken = e
+                raise
+        return self._exec.submit(task, call, bool(async_op))
+
+    def _avg(self, op: Op, arr: np.ndarray) -> None:
+        if op is Op.AVG and arr.size:
+            np.true_divide(arr, self.size, out=arr)
+
+    # -- collectives ----------------------------------------------------------
+    def broadcast(self, buf: np.ndarray, root: int = 0, *, algorithm: str | None = None,
+                  async_op: bool = False):
+        """Fill ``buf`` on every rank with root's ``buf``; returns ``buf``."""
+        c = "broadcast"
+        self._open(c)
+        v.array(c, "buf", buf, writable=True)
+        root = v.rank(c, "root", root, self.size)
+        alg = self._pick(c, algorithm, buf.nbytes)
+        flat = buf.reshape(-1)
+
+        def body(ep):
+            alg(ep, flat, root)
+            return buf
+        return self._run(c, body, async_op)
+
+    def scatter(self, x, out: np.ndarray, root: int = 0, *, algorithm: str | None = None,
+                async_op: bool = False):
+        """``out`` on rank i = root's ``x[i]``; ``x`` (shape (size, *out.shape)) on root only."""
+        c = "scatter"
+        self._open(c)
+        v.array(c, "out", out, writable=True)
+        root = v.rank(c, "root", root, self.size)
+        xf = None
+        if self.rank == root:
+            v.array(c, "x", x)
+            if x.shape != (self.size, *out.shape) or x.dtype != out.dtype:
+                raise ValueError(f"scatter: x on root has shape {x.shape} and dtype {x.dtype}, "
+                                 f"expected {(self.size, *out.shape)} and {out.dtype} "
+                                 "(size blocks shaped like out)")
+            v.no_overlap(c, x, out, in_place_ok=False)
+            xf = x.reshape(-1)
+        alg = self._pick(c, algorithm, out.nbytes)
+        of = out.reshape(-1)
+
+        def body(ep):
+            alg(ep, xf, of, root)
+            return out
+        return self._run(c, body, async_op)
+
+    def gather(self, x: np.ndarray, out: np.ndarray | None = None, root: int = 0, *,
+               algorithm: str | None = None, async_op: bool = False):
+        """On root, ``out[i]`` = rank i's ``x`` (shape (size, *x.shape)); None elsewhere."""
+        c = "gather"
+        self._open(c)
+        v.array(c, "x", x)
+        root = v.rank(c, "root", root, self.size)
+        shape = (self.size, *x.shape)
+        if self.rank == root:
+            if out is None:
+                out = np.empty(shape, x.dtype)
+            else:
+                v.out(c, out, shape, x.dtype, "(size, *x.shape)")
+                v.no_overlap(c, x, out, in_place_ok=False)
+        else:
+            out = None
+        alg = self._pick(c, algorithm, x.nbytes)
+        xf, of = x.reshape(-1), None if out is None else out.reshape(-1)
+
+        def body(ep):
+            alg(ep, xf, of, root)
+            return out
+        return self._run(c, body, async_op)
+
+    def reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", root: int = 0, *,
+               algorithm: str | None = None, async_op: bool = False):
+        """On root, the elementwise reduction of every rank's ``x``; None elsewhere."""
+        c = "reduce"
+        self._open(c)
+        v.array(c, "x", x)
+        o = resolve(op, x.dtype)
+        root = v.rank(c, "root", root, self.size)
+        if self.rank == root:
+            if out is None:
+                out = np.empty_like(x)
+            else:
+                v.out(c, out, x.shape, x.dtype, "the shape of x")
+                v.no_overlap(c, x, out, in_place_ok=True)
+        else:
+            out = None
+        alg = self._pick(c, algorithm, x.nbytes)
+        xf, of = x.reshape(-1), None if out is None else out.reshape(-1)
+        uf = UFUNCS[o]
+
+        def body(ep):
+            alg(ep, xf, of, uf, root)
+            if of is not None:
+                self._avg(o, of)
+            return out
+        return self._run(c, body, async_op)
+
+    def all_gather(self, x: np.ndarray, out: np.ndarray | None = None, *,
+                   algorithm: str | None = None, async_op: bool = False):
+        """``out[i]`` = rank i's ``x`` on every rank (shape (size, *x.shape))."""
+        c = "all_gather"
+        self._open(c)
+        v.array(c, "x", x)
+        shape = (self.size, *x.shape)
+        if out is None:
+            out = np.empty(shape, x.dtype)
+        else:
+            v.out(c, out, shape, x.dtype, "(size, *x.shape)")
+            v.no_overlap(c, x, out, in_place_ok=False)
+        alg = self._pick(c, algorithm, x.nbytes)
+        xf, of = x.reshape(-1), out.reshape(-1)
+
+        def body(ep):
+            alg(ep, xf, of)
+            return out
+        return self._run(c, body, async_op)
+
+    def reduce_scatter(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,
+                       algorithm: str | None = None, async_op: bool = False):
+        """Block ``rank`` of the reduction of every rank's ``x`` (shape (size, *s)) -> shape s."""
+        c = "reduce_scatter"
+        self._open(c)
+        v.array(c, "x", x)
+        v.leading_size(c, x, self.size)
+        o = resolve(op, x.dtype)
+        if out is None:
+            out = np.empty(x.shape[1:], x.dtype)
+        else:
+            v.out(c, out, x.shape[1:], x.dtype, "x.shape[1:]")
+            v.no_overlap(c, x, out, in_place_ok=False)
+        alg = self._pick(c, algorithm, x.nbytes)
+        xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
+
+        def body(ep):
+            alg(ep, xf, of, uf)
+            self._avg(o, of)
+            return out
+        return self._run(c, body, async_op)
+
+    def all_to_all(self, x: np.ndarray, out: np.ndarray | None = None, *,
+                   algorithm: str | None = None, async_op: bool = False):
+        """``out[j]`` = rank j's ``x[rank]``; x and out have shape (size, *s)."""
+        c = "all_to_all"
+        self._open(c)
+        v.array(c, "x", x)
+        v.leading_size(c, x, self.size)
+        if out is None:
+            out = np.empty_like(x)
+        else:
+            v.out(c, out, x.shape, x.dtype, "the shape of x")
+            v.no_overlap(c, x, out, in_place_ok=True)
+        alg = self._pick(c, algorithm, x.nbytes)
+        xf, of = x.reshape(-1), out.reshape(-1)
+
+        def body(ep):
+            alg(ep, xf, of)
+            return out
+        return self._run(c, body, async_op)
+
+    def all_reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,
+                   algorithm: str | None = None, async_op: bool = False):
+        """The elementwise reduction of every rank's ``x``, on every rank."""
+        c = "all_reduce"
+        self._open(c)
+        v.array(c, "x", x)
+        o = resolve(op, x.dtype)
+        if out is None:
+            out = np.empty_like(x)
+            in_place = False
+        else:
+            v.out(c, out, x.shape, x.dtype, "the shape of x")
+            in_place = v.no_overlap(c, x, out, in_place_ok=True)
+        alg = self._pick(c, algorithm, x.nbytes)
+        xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
+
+        def body(ep):
+            if not in_place:
+                np.copyto(of, xf)
+            alg(ep, of, uf)
+            self._avg(o, of)
+            return out
+        return self._run(c, body, async_op)
+
+    def barrier(self, *, async_op: bool = False):
+        """Return once every rank has entered the barrier."""
+        self._open("barrier")
+
+        def body(ep):
+            barrier.dissemination(ep)
+        return self._run("barrier", body, async_op)
+
+    # -- point to point -------------------------------------------------------
+    def _p2p(self, call: str, fn: Callable[[], Any]):
+        if self._broken is not None:
+            raise broken_error(self._broken)
+        try:
+            return fn()
+        except CollectiveError as e:
+            e.call = e.call or call
+            self._broken = e
+            raise
+
+    def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Work:
+        """Start sending ``x`` to ``dst``; ``wait()`` returns once x may be reused."""
+        c = "isend"
+        self._open(c)
+        v.array(c, "x", x)
+        dst = v.peer(c, "dst", dst, self.size, self.rank)
+        tag = v.tag(c, tag)
+        req = self._p2p(c, lambda: self._t.p2p.isend(x, dst, tag))
+        return _P2PWork(self, req, None, c)
+
+    def irecv(self, out: np.ndarray, src: int, tag: int = 0) -> Work:
+        """Start receiving into ``out`` from ``src``; ``wait()`` returns ``out``."""
+        c = "irecv"
+        self._open(c)
+        v.array(c, "out", out, writable=True)
+        src = v.peer(c, "src", src, self.size, self.rank)
+        tag = v.tag(c, tag)
+        req = self._p2p(c, lambda: self._t.p2p.irecv(out, src, tag))
+        return _P2PWork(self, req, out, c)
+
+    def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
+        """Send ``x`` to ``dst``; returns once ``x`` may be reused."""
+        self.isend(x, dst, tag).wait()
+
+    def recv(self, out: np.ndarray, src: int, tag: int = 0) -> np.ndarray:
+        """Receive into ``out`` (the shape and dtype that ``src`` sent); returns ``out``."""
+        return self.irecv(out, src, tag).wait()
+
+    # -- sub-communicators and life cycle -----------------------------------
+    def split(self, color: int, key: int | None = None) -> "Communicator | None":
+        """Like MPI_Comm_split: ranks of one color form a communicator, ordered by
+        ``key`` then parent rank.  A negative color gets None."""
+        c = "split"
+        self._open(c)
+        color = v.integer(c, "color", color)
+        key = self.rank if key is None else v.integer(c, "key", key)
+        self._exec.drain()
+        from mpi4py import MPI
+        sub = self._mpi.Split(MPI.UNDEFINED if color < 0 else color, key)
+        if sub == MPI.COMM_NULL:
+            return None
+        try:
+            t = open_transport(self._t.name, sub, self.timeout)
+        except BaseException:
+            sub.Free()
+            raise
+        return Communicator(sub, t)
+
+    def close(self) -> None:
+        """Finish pending calls and release the transport; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        try:
+            self._exec.stop()
+        finally:
+            self._t.close()
+            try:
+                self._mpi.Free()
+            except Exception:
+                pass
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _P2PWork(Work):
+    """Handle of isend/irecv: progress happens in ``wait``/``done``."""
+
+    def __init__(self, comm: Communicator, req, result, name: str):
+        super().__init__(None, name)
+        self._comm, self._req, self._result = comm, req, result
+
+    def done(self) -> bool:
+        return self._comm._p2p(self.name, self._req.done)
+
+    def wait(self, timeout: float | None = None):
+        self._comm._p2p(self.name, self._req.wait)
+        return self._result
+
+
+__all__ = ["init", "Communicator", "Traffic"]

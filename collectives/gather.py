@@ -1,0 +1,110 @@
+"""Gather and scatter between root's N blocks and every rank's one block.
+
+Bytes on the wire, S = one block (docs/algorithms.md):
+  linear    root receives (scatter: sends) (N-1) * S, one message per rank
+  binomial  the same total at root in ceil(log2 N) messages; an inner
+            rank forwards its subtree's blocks
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from transports import Endpoint
+
+from .ranks import absolute, rel
+
+
+def _subtree(vr: int, n: int) -> int:
+    """Blocks in the binomial subtree rooted at relative rank vr."""
+    return n if vr == 0 else min(vr & -vr, n - vr)
+
+
+def _rotate(out: np.ndarray, tmp: np.ndarray, root: int, m: int, to_rank_order: bool) -> None:
+    """Relative block v <-> rank (v + root) mod N."""
+    k = (len(out) // m - root) * m
+    if to_rank_order:
+        np.copyto(out[root * m:], tmp[:k])
+        np.copyto(out[:root * m], tmp[k:])
+    else:
+        np.copyto(tmp[:k], out[root * m:])
+        np.copyto(tmp[k:], out[:root * m])
+
+
+def gather_linear(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
+    n, m = ep.size, x.size
+    if ep.rank != root:
+        ep.send(x, root)
+        return
+    np.copyto(out[root * m:(root + 1) * m], x)
+    ep.waitall([ep.irecv(out[s * m:(s + 1) * m], s) for s in range(n) if s != root])
+
+
+def gather_binomial(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
+    n, m = ep.size, x.size
+    vr = rel(ep.rank, root, n)
+    if vr & 1:  # a leaf sends its block as it is
+        ep.send(x, absolute(vr - 1, root, n))
+        return
+    tmp = out if (vr == 0 and root == 0) else np.empty(_subtree(vr, n) * m, x.dtype)
+    np.copyto(tmp[:m], x)
+    mask = 1
+    while mask < n:
+        if vr & mask:
+            ep.send(tmp[:min(mask, n - vr) * m], absolute(vr - mask, root, n))
+            return
+        child = vr + mask
+        if child < n:
+            c = min(mask, n - child)
+            ep.recv(tmp[mask * m:(mask + c) * m], absolute(child, root, n))
+        mask <<= 1
+    if tmp is not out:
+        _rotate(out, tmp, root, m, to_rank_order=True)
+
+
+def scatter_linear(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
+    n, m = ep.size, out.size
+    if ep.rank != root:
+        ep.recv(out, root)
+        return
+    reqs = [ep.isend(x[d * m:(d + 1) * m], d) for d in range(n) if d != root]
+    np.copyto(out, x[root * m:(root + 1) * m])
+    ep.waitall(reqs)
+
+
+def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
+    n, m = ep.size, out.size
+    vr = rel(ep.rank, root, n)
+    if vr == 0:
+        tmp = x
+        if root != 0:
+            tmp = np.empty_like(x)
+            _rotate(x, tmp, root, m, to_rank_order=False)
+    else:
+        sz = _subtree(vr, n)
+        tmp = out if sz == 1 else np.empty(sz * m, out.dtype)
+    mask = 1
+    while mask < n:
+        if vr & mask:
+            ep.recv(tmp[:_subtree(vr, n) * m], absolute(vr - mask, root, n))
+            break
+        mask <<= 1
+    mask >>= 1
+    reqs = []
+    while mask > 0:
+        child = vr + mask
+        if child < n:
+            c = min(mask, n - child)
+            reqs.append(ep.isend(tmp[mask * m:(mask + c) * m], absolute(child, root, n)))
+        mask >>= 1
+    ep.waitall(reqs)
+    if tmp is not out:
+        np.copyto(out, tmp[:m])
+
+
+GATHER = {"binomial": gather_binomial, "linear": gather_linear}
+SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear}
+
+
+def choose(nbytes: int, size: int) -> str:
+    """By the block size: small blocks gain from fewer messages at root."""
+    return "binomial" if nbytes <= 16 * 1024 else "linear"

@@ -1,0 +1,61 @@
+"""Rank and block arithmetic shared by every algorithm (one helper, one place)."""
+from __future__ import annotations
+
+
+def block_bounds(n: int, parts: int) -> list[int]:
+    """Offsets of ``parts`` near-equal blocks of ``n`` elements (first ones larger).
+
+    Block i is ``[b[i], b[i+1])``; sizes differ by at most one element.
+    """
+    q, r = divmod(n, parts)
+    b, acc = [0], 0
+    for i in range(parts):
+        acc += q + (i < r)
+        b.append(acc)
+    return b
+
+
+def pof2_floor(n: int) -> int:
+    """The largest power of two not above ``n`` (n >= 1)."""
+    return 1 << (n.bit_length() - 1)
+
+
+class Fold:
+    """Folds a non-power-of-two world onto its largest power of two p2.
+
+    The first ``2*rem`` ranks (rem = size - p2) pair up: even rank 2i hands its
+    data to odd rank 2i+1 and sits out; the others keep going with a new rank
+    in ``0..p2-1`` (as in MPICH and Thakur, Rabenseifner & Gropp 2005).
+    """
+
+    def __init__(self, rank: int, size: int):
+        self.p2 = pof2_floor(size)
+        self.rem = size - self.p2
+        if rank < 2 * self.rem:
+            self.new = -1 if rank % 2 == 0 else rank // 2
+        else:
+            self.new = rank - self.rem
+        self.rank = rank
+
+    @property
+    def extra(self) -> bool:
+        """This rank sits out of the power-of-two part."""
+        return self.new < 0
+
+    @property
+    def helper(self) -> bool:
+        """This rank works for itself and an extra rank (its even neighbour)."""
+        return self.rank < 2 * self.rem and not self.extra
+
+    def real(self, new: int) -> int:
+        """The world rank that plays new rank ``new``."""
+        return 2 * new + 1 if new < self.rem else new + self.rem
+
+
+def rel(rank: int, root: int, size: int) -> int:
+    """Rank relative to ``root`` (the root is 0)."""
+    return (rank - root) % size
+
+
+def absolute(vrank: int, root: int, size: int) -> int:
+    return (vrank + root) % size

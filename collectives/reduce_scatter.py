@@ -1,0 +1,70 @@
+"""Reduce-scatter algorithms: rank r's ``out`` is block r of the reduction of all ``x``.
+
+Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
+  ring               (N-1)/N * S sent and received, in N-1 steps
+  recursive_halving  (p2-1)/p2 * S in log2(p2) steps, plus S for the ranks
+                     of the fold (and their block back)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from transports import Endpoint
+
+from . import ring as _ring
+from .ranks import Fold
+
+
+def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
+    n, m = ep.size, out.size
+    if n == 1:
+        np.copyto(out, x)
+        return
+    acc = x.copy()
+    b = [i * m for i in range(n + 1)]
+    owned = _ring.reduce_scatter(ep, acc, b, op, shift=-1)  # ends owning block rank
+    np.copyto(out, acc[b[owned]:b[owned + 1]])
+
+
+def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
+    """Halve the range of blocks each round, exchanging with partner rank ^ mask.
+
+    In a non-power-of-two world the new rank g of the fold stands for the
+    contiguous blocks of the world ranks it plays (two for a helper), so the
+    halving works on p2 groups of blocks.
+    """
+    n, m, r = ep.size, out.size, ep.rank
+    if n == 1:
+        np.copyto(out, x)
+        return
+    f = Fold(r, n)
+    if f.extra:
+        ep.send(x, r + 1)
+        ep.recv(out, r + 1)
+        return
+    acc = x.copy()
+    if f.helper:
+        ep.recv_reduce(acc, r - 1, op)
+
+    def start(g: int) -> int:  # first element of group g
+        return (2 * g if g <= f.rem else g + f.rem) * m
+
+    lo, hi = 0, f.p2
+    mask = f.p2 >> 1
+    while mask:
+        peer = f.real(f.new ^ mask)
+        mid = (lo + hi) // 2
+        (klo, khi), (glo, ghi) = ((mid, hi), (lo, mid)) if f.new & mask else ((lo, mid), (mid, hi))
+        ep.sendrecv_reduce(acc[start(glo):start(ghi)], peer, acc[start(klo):start(khi)], peer, op)
+        lo, hi = klo, khi
+        mask >>= 1
+    if f.helper:
+        ep.send(acc[(r - 1) * m:r * m], r - 1)
+    np.copyto(out, acc[r * m:(r + 1) * m])
+
+
+ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving}
+
+
+def choose(nbytes: int, size: int) -> str:
+    return "recursive_halving" if nbytes <= 64 * 1024 else "ring"

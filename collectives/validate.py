@@ -1,0 +1,99 @@
+"""Argument checks, all in one place, run before any byte moves.
+
+Each check raises TypeError (wrong kind of thing) or ValueError (right kind,
+wrong value) whose message names the call, the argument and what was expected.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Iterable
+
+import numpy as np
+
+from .ops import DTYPES
+
+TAG_MAX = 32767
+
+
+def array(call: str, name: str, a, *, writable: bool = False) -> np.ndarray:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{call}: {name} must be a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype not in DTYPES:
+        raise TypeError(f"{call}: {name}.dtype {a.dtype} is not supported; expected one of "
+                        f"{', '.join(str(d) for d in DTYPES)}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{call}: {name} must be C-contiguous (use numpy.ascontiguousarray)")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{call}: {name} is read-only; the result is written into it")
+    return a
+
+
+def out(call: str, o, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
+    """Check a caller's ``out``: writable, contiguous, of ``shape`` and ``dtype``."""
+    array(call, "out", o, writable=True)
+    if o.shape != tuple(shape):
+        raise ValueError(f"{call}: out has shape {o.shape}, expected {tuple(shape)} ({what})")
+    if o.dtype != dtype:
+        raise TypeError(f"{call}: out has dtype {o.dtype}, expected {dtype} (the dtype of x)")
+    return o
+
+
+def same_buffer(a: np.ndarray, b: np.ndarray) -> bool:
+    """``b`` is ``a`` itself, or a view of exactly the same bytes."""
+    if a is b:
+        return True
+    return (a.nbytes == b.nbytes and a.nbytes > 0 and
+            a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def no_overlap(call: str, x: np.ndarray, o: np.ndarray, in_place_ok: bool) -> bool:
+    """True for in place; ValueError for a partial overlap of ``out`` and ``x``."""
+    if same_buffer(x, o):
+        if not in_place_ok:
+            raise ValueError(f"{call}: out cannot be x for this call")
+        return True
+    if np.may_share_memory(x, o):
+        raise ValueError(f"{call}: out overlaps x; pass out=x for in place or a separate array")
+    return False
+
+
+def integer(call: str, name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{call}: {name} must be an int, got {type(v).__name__}")
+    return int(v)
+
+
+def rank(call: str, name: str, v, size: int) -> int:
+    v = integer(call, name, v)
+    if not 0 <= v < size:
+        raise ValueError(f"{call}: {name}={v} is out of range; expected 0 <= {name} < {size}")
+    return v
+
+
+def peer(call: str, name: str, v, size: int, me: int) -> int:
+    v = rank(call, name, v, size)
+    if v == me:
+        raise ValueError(f"{call}: {name}={v} is this rank; expected another rank")
+    return v
+
+
+def tag(call: str, v) -> int:
+    v = integer(call, "tag", v)
+    if not 0 <= v <= TAG_MAX:
+        raise ValueError(f"{call}: tag={v} is out of range; expected 0 <= tag <= {TAG_MAX}")
+    return v
+
+
+def algorithm(call: str, name, known: Iterable[str]) -> str | None:
+    if name is None:
+        return None
+    known = list(known)
+    if name not in known:
+        raise ValueError(f"{call}: algorithm={name!r} is unknown; expected None or one of {known}")
+    return name
+
+
+def leading_size(call: str, x: np.ndarray, size: int) -> None:
+    if x.ndim == 0 or x.shape[0] != size:
+        raise ValueError(f"{call}: x has shape {x.shape}, expected (size={size}, ...) "
+                         "with one block per rank")

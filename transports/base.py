@@ -1,0 +1,162 @@
+"""The narrow interface every transport implements, and what they share.
+
+A transport connects the ranks of one communicator.  It has two endpoints
+that never mix: ``coll`` carries the collectives (messages between a pair
+arrive in the order sent, and every rank runs the same schedule, so they
+match in order) and ``p2p`` carries the user's ``send``/``recv`` (matched by
+tag, like MPI).  Both count payload bytes into the transport's ``sent_bytes``
+and ``recv_bytes``: this is the only place where traffic is counted.
+
+All buffers handed to an endpoint are 1-D, C-contiguous numpy arrays; a
+receive must be given exactly the number of bytes that the sender sends.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .errors import CollectiveError, CollectiveTimeout, PeerFailure
+
+Reducer = Callable[..., np.ndarray]  # a binary numpy ufunc used as op(acc, x, out=acc)
+
+
+class Request:
+    """A pending send or receive: ``wait()`` blocks until it completes."""
+
+    def wait(self) -> None:
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        raise NotImplementedError
+
+
+class Endpoint:
+    """Point-to-point primitives on which every algorithm is written."""
+
+    rank: int
+    size: int
+    tag: int = 0  # the tag of the collective in progress (coll endpoint)
+
+    def isend(self, buf: np.ndarray, peer: int, tag: int | None = None) -> Request:
+        raise NotImplementedError
+
+    def irecv(self, out: np.ndarray, peer: int, tag: int | None = None) -> Request:
+        raise NotImplementedError
+
+    def irecv_reduce(self, acc: np.ndarray, peer: int, op: Reducer,
+                     tag: int | None = None) -> Request:
+        """Receive ``acc.nbytes`` bytes and reduce them into ``acc`` in place."""
+        raise NotImplementedError
+
+    def waitall(self, reqs: Iterable[Request]) -> None:
+        raise NotImplementedError
+
+    # Blocking forms and the pairwise exchange that ring steps are made of.
+    def send(self, buf: np.ndarray, peer: int, tag: int | None = None) -> None:
+        self.waitall([self.isend(buf, peer, tag)])
+
+    def recv(self, out: np.ndarray, peer: int, tag: int | None = None) -> np.ndarray:
+        self.waitall([self.irecv(out, peer, tag)])
+        return out
+
+    def recv_reduce(self, acc: np.ndarray, peer: int, op: Reducer,
+                    tag: int | None = None) -> np.ndarray:
+        self.waitall([self.irecv_reduce(acc, peer, op, tag)])
+        return acc
+
+    def sendrecv(self, sbuf: np.ndarray, dst: int, rbuf: np.ndarray, src: int) -> None:
+        self.waitall([self.irecv(rbuf, src), self.isend(sbuf, dst)])
+
+    def sendrecv_reduce(self, sbuf: np.ndarray, dst: int, acc: np.ndarray, src: int,
+                        op: Reducer) -> None:
+        self.waitall([self.irecv_reduce(acc, src, op), self.isend(sbuf, dst)])
+
+
+class Transport:
+    """Owns the endpoints of one communicator and its byte counters."""
+
+    name = "?"
+    coll: Endpoint
+    p2p: Endpoint
+
+    def __init__(self, rank: int, size: int, timeout: float,
+                 pids: Sequence[int], local: Sequence[bool]):
+        self.rank, self.size, self.timeout = rank, size, float(timeout)
+        self.sent_bytes = 0
+        self.recv_bytes = 0
+        self.liveness = Liveness(pids, local)
+
+    def set_arrived(self, seq: int) -> None:
+        """Note that this rank entered collective ``seq`` (for timeout reports)."""
+
+    def close(self) -> None:
+        pass
+
+
+class Liveness:
+    """Tells whether the processes of peers on this host are still alive."""
+
+    def __init__(self, pids: Sequence[int], local: Sequence[bool]):
+        self.pids, self.local = list(pids), list(local)
+
+    def dead(self, ranks: Iterable[int]) -> list[int]:
+        return [r for r in ranks if self.local[r] and not _alive(self.pids[r])]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited but is not reaped yet
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+class Deadline:
+    """The time a rank may still wait without any progress from its peers.
+
+    ``progress()`` restarts the clock: a large transfer that keeps moving
+    never times out, a peer that stops for ``timeout`` seconds does.
+    """
+
+    CHECK_EVERY = 0.05  # seconds between liveness checks
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        now = time.monotonic()
+        self.expires = now + timeout
+        self.next_check = now + self.CHECK_EVERY
+
+    def progress(self) -> None:
+        self.expires = time.monotonic() + self.timeout
+
+    def remaining(self) -> float:
+        return self.expires - time.monotonic()
+
+    def check(self, liveness: Liveness, peers: Callable[[], Iterable[int]],
+              missing: Callable[[], list[int]], what: str) -> None:
+        """Raise PeerFailure for a dead peer or CollectiveTimeout once expired."""
+        now = time.monotonic()
+        if now < self.next_check and now < self.expires:
+            return
+        self.next_check = now + self.CHECK_EVERY
+        dead = liveness.dead(peers())
+        if dead:
+            raise PeerFailure(f"rank(s) {dead} died during {what}", ranks=dead)
+        if now >= self.expires:
+            late = missing()
+            raise CollectiveTimeout(
+                f"timed out after {self.timeout:g}s in {what}: waiting for rank(s) {late}",
+                ranks=late)
+
+
+def broken_error(reason: BaseException) -> CollectiveError:
+    return CollectiveError(f"the communicator is unusable after an earlier error: {reason}")

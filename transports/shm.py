@@ -1,0 +1,465 @@
+"""POSIX shared-memory transport for the ranks of one host.
+
+One segment per communicator, created by rank 0 under an unguessable name
+with O_EXCL and mode 0600, opened by the others, and unlinked as soon as all
+have mapped it: nothing is left in /dev/shm even if the job is killed.
+
+Layout (all offsets 64-byte aligned)::
+
+    rank block   per rank: doorbell u32 | sleeping u32 | arrived u64
+    channels     per endpoint (coll, p2p), per ordered pair (src -> dst):
+                 head u32 (sender writes) | tail u32 (receiver writes)
+                 nslots x [header: tag, total, offset, nbytes (i64) | data]
+
+A message is cut into slot-sized chunks.  The sender copies a chunk into a
+free slot and bumps ``head``; the receiver copies (or reduces) it out and
+bumps ``tail``.  With several slots per channel the sender fills chunk k+1
+while the receiver reduces chunk k.  Each side then rings the other's
+doorbell; a rank with nothing to do spins a little, then sleeps on its own
+doorbell with a futex, so ranks oversubscribing a core do not starve each
+other.  Every header read from the segment is checked against the receiving
+buffer before a byte is written: a corrupt or hostile peer gets an error,
+not an out-of-bounds write.
+"""
+from __future__ import annotations
+
+import collections
+import mmap
+import os
+import secrets
+import threading
+from typing import Iterable
+
+import numpy as np
+
+from . import _futex
+from .base import Deadline, Endpoint, Reducer, Request, Transport
+from .errors import CollectiveError
+
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "collectives-"
+_MASK = 0xFFFFFFFF
+_RANK_BLOCK = 64
+_CHAN_CTRL = 128
+_HDR = 64
+
+
+def _env_int(name: str, default: int) -> int:
+    v = os.environ.get(name)
+    return int(v) if v else default
+
+
+class ShmTransport(Transport):
+    name = "shm"
+
+    def __init__(self, mpicomm, timeout: float, pids, local):
+        super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
+        self.slot_bytes = _env_int("COLLECTIVES_SHM_SLOT_BYTES", 256 * 1024)
+        self.nslots = _env_int("COLLECTIVES_SHM_SLOTS", 4)
+        self.spin = _env_int("COLLECTIVES_SPIN", 20)
+        if self.slot_bytes % 64 or self.slot_bytes <= 0:
+            raise ValueError("COLLECTIVES_SHM_SLOT_BYTES must be a positive multiple of 64")
+        if self.nslots < 1 or self.nslots & (self.nslots - 1):
+            raise ValueError("COLLECTIVES_SHM_SLOTS must be a power of two")
+        n = self.size
+        self._chan_bytes = _CHAN_CTRL + self.nslots * (_HDR + self.slot_bytes)
+        self._chan_base = _align(_RANK_BLOCK * n, 4096)
+        total = _align(self._chan_base + 2 * n * n * self._chan_bytes, 4096)
+        self._mm = _open_segment(mpicomm, total)
+        self._mem = np.frombuffer(self._mm, dtype=np.uint8)
+        self._u32 = self._mem.view(np.uint32)
+        self._i64 = self._mem.view(np.int64)
+        self._addr = self._mem.ctypes.data
+        self.lock = threading.Lock()
+        self.coll = ShmEndpoint(self, 0, strict=True)
+        self.p2p = ShmEndpoint(self, 1, strict=False)
+
+    # -- rank block -------------------------------------------------------
+    def _db(self, r: int) -> int:
+        return (_RANK_BLOCK * r) // 4
+
+    def ring(self, peer: int) -> None:
+        i = self._db(peer)
+        self._u32[i] += 1
+        if self._u32[i + 1]:
+            _futex.wake(self._addr + 4 * i)
+
+    def set_arrived(self, seq: int) -> None:
+        self._i64[(_RANK_BLOCK * self.rank + 8) // 8] = seq
+
+    def arrived(self, r: int) -> int:
+        return int(self._i64[(_RANK_BLOCK * r + 8) // 8])
+
+    def sleep(self, seen: int, timeout: float) -> None:
+        i = self._db(self.rank)
+        self._u32[i + 1] = 1
+        _futex.wait(self._addr + 4 * i, seen, max(0.0, min(timeout, 0.002)))
+        self._u32[i + 1] = 0
+
+    def doorbell(self) -> int:
+        return int(self._u32[self._db(self.rank)])
+
+    # -- channels ---------------------------------------------------------
+    def channel(self, ctx: int, src: int, dst: int) -> "_Channel":
+        off = self._chan_base + ((ctx * self.size + src) * self.size + dst) * self._chan_bytes
+        return _Channel(self, off)
+
+    def close(self) -> None:
+        for ep in (self.coll, self.p2p):
+            ep.release()
+        self._mem = self._u32 = self._i64 = None
+        try:
+            self._mm.close()
+        except (BufferError, ValueError):
+            pass  # a view is still alive somewhere; the mapping goes with it
+
+
+class _Channel:
+    """One direction between one pair: head, tail and the slots."""
+
+    __slots__ = ("head", "tail", "hdr", "data", "nslots", "slot_bytes")
+
+    def __init__(self, t: ShmTransport, off: int):
+        self.head = off // 4
+        self.tail = (off + 64) // 4
+        self.nslots, self.slot_bytes = t.nslots, t.slot_bytes
+        base = off + _CHAN_CTRL
+        step = _HDR + t.slot_bytes
+        self.hdr = [t._i64[(base + k * step) // 8:(base + k * step) // 8 + 4]
+                    for k in range(t.nslots)]
+        self.data = [t._mem[base + k * step + _HDR:base + (k + 1) * step]
+                     for k in range(t.nslots)]
+
+
+class _Send(Request):
+    __slots__ = ("ep", "peer", "data", "tag", "off", "chunks", "finished")
+
+    def __init__(self, ep, peer, data, tag):
+        self.ep, self.peer, self.data, self.tag = ep, peer, data, tag
+        self.off = 0
+        self.chunks = max(1, -(-data.nbytes // ep.t.slot_bytes))
+        self.finished = False
+
+    def wait(self) -> None:
+        self.ep.waitall([self])
+
+    def done(self) -> bool:
+        return self.finished or self.ep.test(self)
+
+
+class _Recv(Request):
+    """A posted receive; ``acc``/``op`` set for a receive-and-reduce."""
+
+    __slots__ = ("ep", "peer", "tag", "out", "acc", "op", "total", "off",
+                 "finished", "source")
+
+    def __init__(self, ep, peer, tag, out, acc=None, op=None):
+        self.ep, self.peer, self.tag = ep, peer, tag
+        self.out = out  # uint8 view of the destination
+        self.acc, self.op = acc, op
+        self.total = out.nbytes
+        self.off = 0
+        self.finished = False
+        self.source = None  # an _Unexpected message this receive was matched to
+
+    def consume(self, chunk: np.ndarray) -> None:
+        n = chunk.nbytes
+        if self.op is None:
+            np.copyto(self.out[self.off:self.off + n], chunk)
+        else:
+            isz = self.acc.itemsize
+            a = self.acc[self.off // isz:(self.off + n) // isz]
+            self.op(a, chunk.view(self.acc.dtype), out=a)
+        self.off += n
+
+    def wait(self) -> None:
+        self.ep.waitall([self])
+
+    def done(self) -> bool:
+        return self.finished or self.ep.test(self)
+
+
+class _Unexpected:
+    """A point-to-point message that arrived before its receive was posted."""
+
+    __slots__ = ("tag", "total", "off", "buf", "finished", "waiter")
+
+    def __init__(self, tag, total):
+        self.tag, self.total, self.off = tag, total, 0
+        self.buf = np.empty(total, np.uint8)
+        self.finished = False
+        self.waiter = None
+
+    def consume(self, chunk: np.ndarray) -> None:
+        np.copyto(self.buf[self.off:self.off + chunk.nbytes], chunk)
+        self.off += chunk.nbytes
+
+
+class ShmEndpoint(Endpoint):
+    def __init__(self, t: ShmTransport, ctx: int, strict: bool):
+        self.t, self.ctx, self.strict = t, ctx, strict
+        self.rank, self.size = t.rank, t.size
+        self.out_ch = {p: t.channel(ctx, t.rank, p) for p in range(t.size) if p != t.rank}
+        self.in_ch = {p: t.channel(ctx, p, t.rank) for p in range(t.size) if p != t.rank}
+        self.sendq = {p: collections.deque() for p in self.out_ch}
+        self.posted = {p: collections.deque() for p in self.in_ch}
+        self.unexpected = {p: collections.deque() for p in self.in_ch}
+        self.incoming = dict.fromkeys(self.in_ch)
+        self.lock = threading.RLock()
+        self.what = "recv" if not strict else "collective"
+
+    def release(self) -> None:
+        self.out_ch = self.in_ch = {}
+
+    # -- posting ----------------------------------------------------------
+    def _check_peer(self, peer: int) -> None:
+        if peer not in self.out_ch:
+            raise ValueError(f"peer {peer} is not another rank of this communicator "
+                             f"(size {self.size}, rank {self.rank})")
+
+    def isend(self, buf, peer, tag=None) -> Request:
+        self._check_peer(peer)
+        op = _Send(self, peer, _bytes(buf), self.tag if tag is None else tag)
+        with self.lock:
+            self.sendq[peer].append(op)
+            if len(self.sendq[peer]) == 1:
+                self._push(peer)
+        return op
+
+    def irecv(self, out, peer, tag=None) -> Request:
+        return self._post(_Recv(self, peer, self.tag if tag is None else tag, _bytes(out)))
+
+    def irecv_reduce(self, acc, peer, op: Reducer, tag=None) -> Request:
+        return self._post(_Recv(self, peer, self.tag if tag is None else tag,
+                                _bytes(acc), acc.reshape(-1), op))
+
+    def _post(self, r: _Recv) -> Request:
+        self._check_peer(r.peer)
+        with self.lock:
+            for m in self.unexpected[r.peer]:
+                if m.tag == r.tag:
+                    self.unexpected[r.peer].remove(m)
+                    self._check_total(r, m.total)
+                    r.source = m
+                    m.waiter = r
+                    if m.finished:
+                        self._deliver(m)
+                    return r
+            self.posted[r.peer].append(r)
+            self._pull(r.peer)
+        return r
+
+    # -- progress ---------------------------------------------------------
+    def _push(self, peer: int) -> bool:
+        q = self.sendq[peer]
+        if not q:
+            return False
+        ch = self.out_ch[peer]
+        u32 = self.t._u32
+        head = int(u32[ch.head])
+        free = ch.nslots - ((head - int(u32[ch.tail])) & _MASK)
+        moved = False
+        while q and free > 0:
+            s = q[0]
+            k = head & (ch.nslots - 1)
+            n = min(ch.slot_bytes, s.data.nbytes - s.off)
+            if n:
+                np.copyto(ch.data[k][:n], s.data[s.off:s.off + n])
+            ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n)
+            head = (head + 1) & _MASK
+            u32[ch.head] = head
+            s.off += n
+            s.chunks -= 1
+            free -= 1
+            moved = True
+            if s.chunks == 0:
+                s.finished = True
+                self.t.sent_bytes += s.data.nbytes
+                q.popleft()
+        if moved:
+            self.t.ring(peer)
+        return moved
+
+    def _pull(self, peer: int) -> bool:
+        ch = self.in_ch[peer]
+        u32 = self.t._u32
+        head, tail = int(u32[ch.head]), int(u32[ch.tail])
+        if ((head - tail) & _MASK) > ch.nslots:
+            raise CollectiveError(f"corrupt channel from rank {peer}: "
+                                  f"{(head - tail) & _MASK} slots full of {ch.nslots}",
+                                  ranks=[peer])
+        moved = False
+        while head != tail:
+            k = tail & (ch.nslots - 1)
+            tag, total, off, n = ch.hdr[k].tolist()
+            cur = self.incoming[peer]
+            if cur is None:
+                if off != 0:
+                    raise self._corrupt(peer, f"message starts at offset {off}")
+                cur = self._match(peer, tag, total)
+                if cur is None:
+                    break  # collective data waits in its slot for its receive
+                self.incoming[peer] = cur
+            if not (off == cur.off and n == min(ch.slot_bytes, total - off)
+                    and total == cur.total and tag == cur.tag):
+                raise self._corrupt(peer, f"chunk (tag {tag}, {total} bytes, offset {off}, "
+                                          f"{n} bytes) does not continue the message")
+            cur.consume(ch.data[k][:n])
+            tail = (tail + 1) & _MASK
+            u32[ch.tail] = tail
+            moved = True
+            if cur.off >= cur.total:
+                self.incoming[peer] = None
+                self.t.recv_bytes += cur.total
+                cur.finished = True
+                if isinstance(cur, _Unexpected):
+                    if cur.waiter is not None:
+                        self._deliver(cur)
+                else:
+                    self.posted[peer].remove(cur)
+        if moved:
+            self.t.ring(peer)
+        return moved
+
+    def _match(self, peer: int, tag: int, total: int):
+        posted = self.posted[peer]
+        if self.strict:
+            if not posted:
+                return None
+            r = posted[0]
+            if tag != r.tag:
+                raise CollectiveError(
+                    f"mismatched collectives: rank {peer} sent a message of call "
+                    f"#{tag} while this rank is in call #{r.tag}", ranks=[peer])
+            self._check_total(r, total)
+            return r
+        for r in posted:
+            if r.tag == tag:
+                self._check_total(r, total)
+                return r
+        m = _Unexpected(tag, total)
+        self.unexpected[peer].append(m)
+        return m
+
+    def _check_total(self, r: _Recv, total: int) -> None:
+        if total != r.total:
+            raise CollectiveError(
+                f"rank {r.peer} sent {total} bytes where rank {self.rank} expects "
+                f"{r.total} (shape, dtype or count differ between ranks)", ranks=[r.peer])
+
+    def _corrupt(self, peer: int, what: str) -> CollectiveError:
+        return CollectiveError(f"corrupt message from rank {peer}: {what}", ranks=[peer])
+
+    def _deliver(self, m: _Unexpected) -> None:
+        r = m.waiter
+        r.consume(m.buf)
+        r.finished = True
+
+    def _progress(self) -> bool:
+        moved = False
+        for p in self.out_ch:
+            if self.sendq[p]:
+                moved |= self._push(p)
+        for p in self.in_ch:
+            if self.posted[p] or not self.strict:
+                moved |= self._pull(p)
+        return moved
+
+    def test(self, req) -> bool:
+        with self.lock:
+            self._progress()
+        return req.finished
+
+    def waitall(self, reqs: Iterable[Request]) -> None:
+        pending = [r for r in reqs if not r.finished]
+        if not pending:
+            return
+        t = self.t
+        dl = Deadline(t.timeout)
+        spins = 0
+        while True:
+            seen = t.doorbell()
+            with self.lock:
+                moved = self._progress()
+            if all(r.finished for r in pending):
+                return
+            if moved:
+                dl.progress()
+                spins = 0
+                continue
+            spins += 1
+            if spins <= t.spin:
+                continue
+            dl.check(t.liveness, lambda: self._waited_peers(pending),
+                     lambda: self._missing(pending), self.what)
+            t.sleep(seen, dl.remaining())
+
+    def _waited_peers(self, pending) -> list[int]:
+        if self.strict:
+            return [p for p in range(self.size) if p != self.rank]
+        return sorted({r.peer for r in pending})
+
+    def _missing(self, pending) -> list[int]:
+        if self.strict:
+            seq = self.tag
+            late = [p for p in range(self.size) if p != self.rank and self.t.arrived(p) < seq]
+            if late:
+                return late
+        return sorted({r.peer for r in pending if not r.finished})
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def _open_segment(mpicomm, nbytes: int) -> mmap.mmap:
+    """Create (rank 0), open (all), then unlink the communicator's segment."""
+    rank = mpicomm.Get_rank()
+    name, err = None, None
+    if rank == 0:
+        try:
+            name = SHM_PREFIX + secrets.token_hex(16)
+            fd = os.open(os.path.join(SHM_DIR, name),
+                         os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                os.ftruncate(fd, nbytes)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            name, err = None, e
+    name = mpicomm.bcast(name, root=0)
+    if name is None:
+        raise CollectiveError(f"could not create a shared-memory segment of {nbytes} "
+                              f"bytes in {SHM_DIR}: {err or 'see rank 0'}")
+    path = os.path.join(SHM_DIR, name)
+    mm, err = None, None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        try:
+            if os.fstat(fd).st_size != nbytes:
+                raise OSError(f"segment {path} has the wrong size")
+            mm = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        err = e
+    try:
+        ok = mpicomm.allreduce(mm is not None, op=_mpi_land())
+    finally:
+        if rank == 0:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    if not ok:
+        raise CollectiveError(f"a rank could not open the shared-memory segment: {err or 'see other ranks'}")
+    return mm
+
+
+def _mpi_land():
+    from mpi4py import MPI
+    return MPI.LAND
