@@ -19,9 +19,10 @@ def _subtree(vr: int, n: int) -> int:
     return n if vr == 0 else min(vr & -vr, n - vr)
 
 
-def _rotate(out: np.ndarray, tmp: np.ndarray, root: int, m: int, to_rank_order: bool) -> None:
+def _rotate(out: np.ndarray, tmp: np.ndarray, root: int, m: int, n: int,
+            to_rank_order: bool) -> None:
     """Relative block v <-> rank (v + root) mod N."""
-    k = (len(out) // m - root) * m
+    k = (n - root) * m
     if to_rank_order:
         np.copyto(out[root * m:], tmp[:k])
         np.copyto(out[:root * m], tmp[k:])
@@ -58,7 +59,7 @@ def gather_binomial(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
             ep.recv(tmp[mask * m:(mask + c) * m], absolute(child, root, n))
         mask <<= 1
     if tmp is not out:
-        _rotate(out, tmp, root, m, to_rank_order=True)
+        _rotate(out, tmp, root, m, n, to_rank_order=True)
 
 
 def scatter_linear(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
@@ -78,7 +79,7 @@ def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
         tmp = x
         if root != 0:
             tmp = np.empty_like(x)
-            _rotate(x, tmp, root, m, to_rank_order=False)
+            _rotate(x, tmp, root, m, n, to_rank_order=False)
     else:
         sz = _subtree(vr, n)
         tmp = out if sz == 1 else np.empty(sz * m, out.dtype)

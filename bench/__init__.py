@@ -1,0 +1,73 @@
+"""Benchmark suite for the collectives library, after nccl-tests and OSU.
+
+Run under MPI; rank 0 prints a table::
+
+    mpiexec -n 4 python -m bench all_reduce -b 8 -e 64M -f 4 --check
+    mpiexec -n 4 python -m bench all -b 1K -e 4M -f 16 --json out.json
+
+Conventions (those of nccl-tests)
+---------------------------------
+``size``  (bytes, column 1) is the size that ``-b``/``-e``/``-f`` step over:
+
+=============== ============================================= ==========
+collective      size S is                                     busbw/algbw
+=============== ============================================= ==========
+all_reduce      the bytes of ``x`` (= of the result)           2(n-1)/n
+broadcast       the bytes of ``buf``                           1
+reduce          the bytes of ``x`` (= of root's result)        1
+all_gather      the total output bytes (n blocks)              (n-1)/n
+reduce_scatter  the total input bytes (n blocks)               (n-1)/n
+all_to_all      the total input bytes of one rank (n blocks)   (n-1)/n
+gather          the total bytes at root (n blocks)             (n-1)/n
+scatter         the total bytes at root (n blocks)             (n-1)/n
+barrier         0 (one row, whatever the sizes asked)          -
+=============== ============================================= ==========
+
+For the blocked collectives a block has ``S // (n * itemsize)`` elements and
+the size reported is rounded down to ``n`` whole blocks; sizes that round to
+one already measured are skipped.  ``count`` is the number of elements that
+the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
+(root moves n-1 of the n blocks), so busbw is the bandwidth of root's link.
+
+* ``time`` is the largest, over ranks, of each rank's average time per call
+  of a loop of ``iters`` calls that starts after a barrier.
+* ``algbw = S / time`` and ``busbw = algbw * factor``, in GB/s (1e9 bytes/s).
+* ``#wrong`` (with ``--check``) is the number of result elements, summed over
+  ranks, that differ from a numpy reference (integers exactly; floating
+  types within reassociation error).  It comes from one call made after the
+  timed loop on outputs reset beforehand; ``N/A`` without ``--check``.
+  Inputs are deterministic, small integers with a period of 61 elements, so
+  every rank computes the expected result locally and exactly.
+* ``mpi_time``/``mpi_busbw`` measure MPI's own collective (mpi4py buffer
+  calls, out of place like ours) on buffers of the same sizes in the same
+  run; ``ratio = busbw / mpi_busbw`` (= ``mpi_time / time``; > 1 means ours
+  is faster; for the barrier, which has no bandwidth, the time ratio).
+  MPI columns show ``-`` for ``--op avg`` (MPI has none) and for dtypes or
+  ops that the MPI library refuses.  Data-movement collectives hand MPI the
+  buffers as bytes.
+* Without ``-n`` the iteration count adapts: about ``--budget`` seconds
+  (0.3) of timed loop per size, at least 3 and at most 1000 calls; without
+  ``-w`` the 5 warm-up calls are cut to about 0.2 s.
+* The header gives one core's memcpy bandwidth (best ``np.copyto`` of a
+  64 MiB buffer, bytes copied per second, other ranks idle), and the closing
+  line the average busbw over the non-empty sizes and its fraction of it.
+
+JSON (``--json FILE``)
+----------------------
+One object per collective::
+
+    {"collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps",
+     "rows": [{"bytes", "count", "algorithm", "auto", "iters", "time_us",
+               "algbw", "busbw", "wrong", "mpi_time_us", "mpi_busbw",
+               "ratio"}, ...]}
+
+A single collective writes that object; ``all`` writes a list of them, one
+per collective, in the order run.  ``-`` and ``N/A`` become ``null``.
+
+``--plot FILE.png`` draws busbw against size (one panel per collective),
+one line per algorithm and one for MPI; it needs matplotlib (the ``plot``
+extra) and says so if missing.
+
+Micro-benchmarks of single-process hot paths: ``python -m pytest bench/micro
+--benchmark-only``.
+"""

@@ -1,0 +1,201 @@
+"""Command line: ``mpiexec -n N python -m bench COLLECTIVE [options]``.
+
+See the package docstring for what the columns mean.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .cases import CASES, COLLECTIVES
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_OPS = ("sum", "prod", "max", "min", "avg")
+DEFAULT_WARMUP = 5
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``8``, ``64K``, ``1M``, ``2G`` (powers of 1024; ``KB``/``KiB`` too)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (expected e.g. 8, 64K, 1M, 2G)")
+    return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+
+
+def size_range(lo: int, hi: int, factor: float) -> list[int]:
+    """``lo``, ``lo*factor``, ... up to ``hi`` inclusive (each step rounded down)."""
+    if lo > hi:
+        raise ValueError(f"minbytes ({lo}) is larger than maxbytes ({hi})")
+    if factor <= 1 and lo != hi:
+        raise ValueError(f"stepfactor must be > 1, got {factor:g}")
+    sizes, s = [lo], lo
+    while lo != hi:
+        nxt = int(s * factor)
+        if nxt <= s:  # lo = 0 or a factor too close to 1 for integer sizes
+            nxt = s + 1
+        if nxt > hi:
+            break
+        sizes.append(nxt)
+        s = nxt
+    return sizes
+
+
+class _Parser(argparse.ArgumentParser):
+    """Prints usage and errors on rank 0 only (every rank parses the same argv)."""
+
+    quiet = False
+
+    def _print_message(self, message, file=None):
+        if not self.quiet:
+            super()._print_message(message, file)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m bench",
+                description="nccl-tests style benchmark of the collectives library "
+                            "against MPI's own collectives (run under mpiexec)")
+    p.add_argument("collective", choices=COLLECTIVES + ("all",),
+                   help="the collective to measure, or 'all' for each in turn")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32M"),
+                   help="smallest size (K/M/G suffixes, powers of 1024; default 32M)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("32M"),
+                   help="largest size (default 32M)")
+    p.add_argument("-f", "--stepfactor", type=float, default=2.0,
+                   help="multiply the size by this between rows (default 2)")
+    p.add_argument("-n", "--iters", type=int, default=None,
+                   help="timed calls per size (default: adaptive, see --budget)")
+    p.add_argument("-w", "--warmup_iters", type=int, default=None,
+                   help=f"untimed calls before timing (default {DEFAULT_WARMUP}, "
+                        "cut to ~0.2 s per size)")
+    p.add_argument("--budget", type=float, default=0.3,
+                   help="seconds of timed loop per size when -n is not given (default 0.3)")
+    p.add_argument("-d", "--datatype", default="float32",
+                   help="numpy dtype name (default float32)")
+    p.add_argument("-o", "--op", default="sum", choices=_OPS, help="reduction op (default sum)")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
+    p.add_argument("--transport", default="auto", choices=("auto", "shm", "mpi"),
+                   help="transport of the library (default auto)")
+    p.add_argument("--algorithm", default=None,
+                   help="force one of comm.algorithms(collective), or 'all' for a row "
+                        "per algorithm (default: the library's choice)")
+    p.add_argument("--check", action="store_true",
+                   help="check every result against numpy; count mismatches in #wrong")
+    p.add_argument("--json", metavar="FILE", default=None,
+                   help="write the results as JSON (a list of objects for 'all')")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="plot busbw against size (needs matplotlib)")
+    return p
+
+
+def parse_args(argv: Optional[Sequence[str]], rank: int, size: int) -> argparse.Namespace:
+    """Parse and check ``argv``; exits with status 2 (message on rank 0) if invalid."""
+    p = build_parser()
+    p.quiet = rank != 0
+    a = p.parse_args(argv)
+    try:
+        a.sizes = size_range(a.minbytes, a.maxbytes, a.stepfactor)
+    except ValueError as e:
+        p.error(str(e))
+    try:
+        a.dtype = np.dtype(a.datatype)
+    except TypeError:
+        p.error(f"unknown datatype {a.datatype!r}")
+    from collectives import DTYPES
+    if a.dtype not in DTYPES:
+        p.error(f"datatype {a.dtype} is not one the library takes: "
+                f"{', '.join(str(d) for d in DTYPES)}")
+    if a.op in ("max", "min") and a.dtype.kind == "c":
+        p.error(f"op {a.op} is not defined for complex dtype {a.dtype}")
+    if a.op == "avg" and a.dtype.kind not in "fc":
+        p.error(f"op avg needs a floating or complex dtype, got {a.dtype}")
+    if not 0 <= a.root < size:
+        p.error(f"root must be in 0..{size - 1}, got {a.root}")
+    if a.iters is not None and a.iters < 1:
+        p.error("iters must be at least 1")
+    if a.warmup_iters is not None and a.warmup_iters < 0:
+        p.error("warmup_iters must be >= 0")
+    if a.budget <= 0:
+        p.error("budget must be positive")
+    return a
+
+
+def algorithms_for(name: str, requested: Optional[str], comm) -> Optional[list[Optional[str]]]:
+    """The algorithms to run for ``name``: [None] for the default choice, None to skip."""
+    if requested is None or not CASES[name].takes_algorithm:
+        return [None]
+    offered = comm.algorithms(name)
+    if requested == "all":
+        return list(offered)
+    return [requested] if requested in offered else None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the benchmark; returns the exit status (1 if any result was wrong)."""
+    from mpi4py import MPI
+
+    import collectives as cc
+
+    from . import report, runner
+
+    world = MPI.COMM_WORLD
+    a = parse_args(argv, world.Get_rank(), world.Get_size())
+    mpicomm = world.Dup()
+    comm = cc.init(transport=a.transport)
+    rank0 = comm.rank == 0
+    names = list(COLLECTIVES) if a.collective == "all" else [a.collective]
+    if a.algorithm not in (None, "all"):
+        if not any(algorithms_for(n, a.algorithm, comm) for n in names):
+            if rank0:
+                print(f"python -m bench: error: no collective of {names} has algorithm "
+                      f"{a.algorithm!r}", file=sys.stderr)
+            comm.close()
+            mpicomm.Free()
+            return 2
+    memcpy = runner.memcpy_gbps(mpicomm)
+    table = report.Table()
+    results: list[report.Result] = []
+    warm_given = a.warmup_iters is not None
+    for name in names:
+        algs = algorithms_for(name, a.algorithm, comm)
+        if algs is None:
+            if rank0:
+                print(f"# skip {name}: no algorithm {a.algorithm!r} "
+                      f"(it has {', '.join(comm.algorithms(name))})\n#", flush=True)
+            continue
+        cls = CASES[name]
+        res = report.Result(collective=name, n=comm.size, transport=comm.transport,
+                            dtype=str(a.dtype), op=a.op if cls.reducing else "none",
+                            root=a.root if cls.rooted else -1, memcpy_gbps=memcpy)
+        settings = runner.Settings(
+            sizes=a.sizes, dtype=a.dtype, op=a.op, root=a.root, algorithms=algs,
+            iters=a.iters, warmup=a.warmup_iters if warm_given else DEFAULT_WARMUP,
+            warmup_given=warm_given, budget_s=a.budget, check=a.check)
+        if rank0:
+            shown = [x for x in algs if x is not None] or comm.algorithms(name)
+            table.header(res, a.transport, [("auto:" if None in algs else "") + x
+                                            for x in shown],
+                         iters=str(a.iters) if a.iters else
+                         f"auto ({a.budget:g} s/size, {runner.MIN_ITERS}..{runner.MAX_ITERS})",
+                         warmup=str(settings.warmup) + ("" if warm_given else " (<=0.2 s)"),
+                         check=a.check)
+        for row in runner.run_collective(name, comm, mpicomm, settings):
+            res.rows.append(row)
+            if rank0:
+                table.row(res, row)
+        if rank0:
+            table.closing(res)
+        results.append(res)
+    comm.close()
+    mpicomm.Free()
+    if rank0 and results:
+        if a.json:
+            report.write_json(a.json, results, as_list=a.collective == "all")
+            print(f"# wrote {a.json}", flush=True)
+        if a.plot and report.write_plot(a.plot, results):
+            print(f"# wrote {a.plot}", flush=True)
+    wrong = any(r.wrong for res in results for r in res.rows)
+    return 1 if wrong else 0

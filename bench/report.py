@@ -1,0 +1,158 @@
+"""Output on rank 0: the nccl-tests style table, the JSON file and the plot."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Optional, TextIO
+
+from .runner import Row
+
+
+@dataclasses.dataclass
+class Result:
+    """Everything measured for one collective."""
+
+    collective: str
+    n: int
+    transport: str
+    dtype: str
+    op: str
+    root: int
+    memcpy_gbps: float
+    rows: list[Row] = dataclasses.field(default_factory=list)
+
+    def as_json(self) -> dict:
+        d = {k: getattr(self, k) for k in
+             ("collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps")}
+        d["rows"] = [r.as_json() for r in self.rows]
+        return d
+
+
+# (title, unit, width) of each column, in order
+_COLUMNS = [("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 10),
+            ("redop", "", 6), ("root", "", 5), ("algorithm", "", 0),
+            ("time", "(us)", 11), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8),
+            ("#wrong", "", 7), ("mpi_time", "(us)", 11), ("mpi_busbw", "(GB/s)", 10),
+            ("ratio", "", 7)]
+
+
+def _fmt(x: Optional[float], spec: str, missing: str = "-") -> str:
+    return missing if x is None else format(x, spec)
+
+
+class Table:
+    """Prints the header, one line per row as it comes, and the closing lines."""
+
+    def __init__(self, out: TextIO = sys.stdout):
+        self.out = out
+        self.alg_width = 12
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def header(self, res: Result, requested_transport: str, algorithm_names: list[str],
+               iters: str, warmup: str, check: bool) -> None:
+        self.alg_width = max([12] + [len(a) + 5 for a in algorithm_names])
+        rooted = res.root >= 0
+        self._print(f"# collectives bench: {res.collective}  nranks {res.n}  transport "
+                    f"{res.transport} (asked {requested_transport})  dtype {res.dtype}  "
+                    f"op {res.op}" + (f"  root {res.root}" if rooted else ""))
+        self._print(f"# memcpy bandwidth (1 core, np.copyto of 64 MiB): "
+                    f"{res.memcpy_gbps:.2f} GB/s")
+        self._print(f"# iters: {iters}  warmup: {warmup}  check: {'yes' if check else 'no'}"
+                    "  (algorithm 'auto:X': the library's default choice X)")
+        names, units = [], []
+        for title, unit, w in _COLUMNS:
+            w = w or self.alg_width
+            names.append(title.rjust(w))
+            units.append(unit.rjust(w))
+        self._print("#" + " ".join(names)[1:])
+        self._print("#" + " ".join(units)[1:])
+
+    def row(self, res: Result, r: Row) -> None:
+        alg = f"auto:{r.algorithm}" if r.auto else r.algorithm
+        cells = [str(r.bytes).rjust(12), str(r.count).rjust(12), res.dtype.rjust(10),
+                 res.op.rjust(6), str(res.root).rjust(5), alg.rjust(self.alg_width),
+                 _fmt(r.time_us, "11.2f"), _fmt(r.algbw, "8.3f"), _fmt(r.busbw, "8.3f"),
+                 _fmt(r.wrong, "7d", "N/A").rjust(7),
+                 _fmt(r.mpi_time_us, "11.2f").rjust(11),
+                 _fmt(r.mpi_busbw, "10.3f").rjust(10), _fmt(r.ratio, "7.2f").rjust(7)]
+        self._print(" ".join(cells))
+
+    def closing(self, res: Result) -> None:
+        for alg, rows in _by_algorithm(res.rows).items():
+            label = f" [{alg}]" if len(_by_algorithm(res.rows)) > 1 else ""
+            sized = [r for r in rows if r.bytes > 0]
+            if not sized:  # the barrier: latency only
+                avg_t = sum(r.time_us for r in rows) / len(rows)
+                mpi = [r.mpi_time_us for r in rows if r.mpi_time_us is not None]
+                tail = f"   MPI: {sum(mpi) / len(mpi):.2f} us" if mpi else ""
+                self._print(f"# Avg latency{label}: {avg_t:.2f} us{tail}")
+                continue
+            avg = sum(r.busbw for r in sized) / len(sized)
+            mpi = [r.mpi_busbw for r in sized if r.mpi_busbw is not None]
+            frac = avg / res.memcpy_gbps if res.memcpy_gbps > 0 else float("nan")
+            tail = f"   MPI: {sum(mpi) / len(mpi):.3f} GB/s" if len(mpi) == len(sized) else ""
+            self._print(f"# Avg bus bandwidth{label}: {avg:.3f} GB/s "
+                        f"({100 * frac:.1f}% of memcpy {res.memcpy_gbps:.2f} GB/s){tail}")
+        bad = sum(r.wrong or 0 for r in res.rows)
+        if bad:
+            self._print(f"# WRONG RESULTS: {bad} mismatching elements in total")
+        self._print("#")
+
+
+def _by_algorithm(rows: list[Row]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        out.setdefault("auto" if r.auto else r.algorithm, []).append(r)
+    return out
+
+
+def write_json(path: str, results: list[Result], as_list: bool) -> None:
+    """One object for a single collective; a list of them for ``all``."""
+    doc = [r.as_json() for r in results] if as_list else results[0].as_json()
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, allow_nan=False)
+        f.write("\n")
+
+
+def write_plot(path: str, results: list[Result]) -> bool:
+    """busbw against size, one panel per collective; False if matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench: --plot needs matplotlib (pip install matplotlib, or the package's "
+              "'plot' extra); no plot written", file=sys.stderr, flush=True)
+        return False
+    panels = [r for r in results if any(row.bytes > 0 for row in r.rows)]
+    if not panels:
+        print("bench: nothing to plot (no sized rows)", file=sys.stderr, flush=True)
+        return False
+    cols = min(3, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 4 * nrows), squeeze=False)
+    for ax, res in zip(axes.flat, panels):
+        groups = _by_algorithm([r for r in res.rows if r.bytes > 0])
+        for alg, rows in groups.items():
+            ax.plot([r.bytes for r in rows], [r.busbw for r in rows], marker="o", label=alg)
+        first = next(iter(groups.values()))
+        mpi = [(r.bytes, r.mpi_busbw) for r in first if r.mpi_busbw is not None]
+        if mpi:
+            ax.plot(*zip(*mpi), marker="s", linestyle="--", color="black", label="MPI")
+        ax.axhline(res.memcpy_gbps, color="grey", linewidth=0.8, linestyle=":",
+                   label="memcpy (1 core)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(f"{res.collective}, n={res.n}, {res.transport}, {res.dtype}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -1,0 +1,66 @@
+"""Shared fixtures: one conformance job per (world size, transport), run once per session."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import pytest
+
+from launch import run_mpi
+
+WORLD_SIZES = list(range(1, 9))
+TRANSPORTS = ["shm", "mpi"]
+
+_cache: dict = {}
+
+
+def conformance_results(n: int, transport: str) -> dict:
+    """{family: {"cases": total over ranks, "failures": [...]}} for a job of n ranks."""
+    key = (n, transport)
+    if key not in _cache:
+        with tempfile.TemporaryDirectory() as d:
+            p = run_mpi(n, ["tests/conformance.py", transport, d], timeout=600,
+                        COLLECTIVES_TIMEOUT="20")
+            merged: dict = {}
+            for r in range(n):
+                path = os.path.join(d, f"rank{r}.json")
+                if not os.path.exists(path):
+                    merged.setdefault("_job", {"cases": 0, "failures": []})["failures"].append(
+                        f"rank {r} wrote no results (exit {p.returncode}):\n{p.stdout[-2000:]}\n"
+                        f"{p.stderr[-4000:]}")
+                    continue
+                with open(path) as f:
+                    for fam, res in json.load(f).items():
+                        m = merged.setdefault(fam, {"cases": 0, "failures": []})
+                        m["cases"] += res["cases"]
+                        m["failures"] += [f"rank {r}: {x}" for x in res["failures"]]
+            _cache[key] = merged
+    return _cache[key]
+
+
+@pytest.fixture
+def conformance():
+    return conformance_results
+
+
+def check_family(results: dict, family: str) -> None:
+    job = results.get("_job")
+    assert not job, "\n".join(job["failures"])
+    res = results[family]
+    assert not res["failures"], f"{len(res['failures'])} failing cases:\n" + "\n".join(
+        res["failures"][:20])
+    assert res["cases"] > 0, f"no {family} case ran"
+
+
+def pytest_terminal_summary(terminalreporter):
+    total = sum(f["cases"] for r in _cache.values() for f in r.values())
+    if total:
+        terminalreporter.write_line(
+            f"conformance: {total} multi-rank cases checked against numpy "
+            f"(sum over ranks) in {len(_cache)} mpiexec jobs")
+
+
+def pytest_configure(config):
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))

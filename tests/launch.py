@@ -1,0 +1,34 @@
+"""Launch a script under the virtual environment's mpiexec (MPICH's hydra)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+
+
+def mpi_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("COLLECTIVES_TIMEOUT", "30")
+    env.update(extra)
+    return env
+
+
+def run_mpi(n: int, argv: list[str], timeout: float = 300, flags: tuple = (),
+            **env: str) -> subprocess.CompletedProcess:
+    """Run ``python argv...`` on ``n`` ranks; returns the finished process."""
+    cmd = [MPIEXEC, *flags, "-n", str(n), sys.executable, *argv]
+    return subprocess.run(cmd, cwd=ROOT, env=mpi_env(**env), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def shm_files() -> set[str]:
+    """Our segments in /dev/shm (MPICH's own mpich_shm_* files are not ours)."""
+    try:
+        return {f for f in os.listdir("/dev/shm") if f.startswith("collectives-")}
+    except FileNotFoundError:
+        return set()
