@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 
-.PHONY: test bench venv clean
+.PHONY: test bench bench-all benchmark-micro venv clean
 
 venv: $(VENV)/.installed
 
@@ -18,7 +18,13 @@ test: venv
 	$(PY) -m pytest -q
 
 bench: venv
-	$(MPIEXEC) -n 4 $(PY) -m bench all_reduce --transport shm -b 8 -e 64M -f 4 --check
+	$(MPIEXEC) -n 4 $(PY) -m bench all_reduce --transport shm -b 8 -e 64M -f 2 --check
+
+bench-all: venv
+	$(MPIEXEC) -n 4 $(PY) -m bench all -b 1K -e 16M -f 4 --check
+
+benchmark-micro: venv
+	$(PY) -m pytest bench/micro --benchmark-only
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

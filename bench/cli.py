@@ -125,12 +125,48 @@ def parse_args(argv: Optional[Sequence[str]], rank: int, size: int) -> argparse.
 
 def algorithms_for(name: str, requested: Optional[str], comm) -> Optional[list[Optional[str]]]:
     """The algorithms to run for ``name``: [None] for the default choice, None to skip."""
-    if requested is None or not CASES[name].takes_algorithm:
+    if requested is None:
         return [None]
     offered = comm.algorithms(name)
-    if requested == "all":
-        return list(offered)
-    return [requested] if requested in offered else None
+    if requested != "all" and requested not in offered:
+        return None
+    if not CASES[name].takes_algorithm:  # one algorithm, that the call does not name
+        return [None]
+    return list(offered) if requested == "all" else [requested]
+
+
+def _settings(a: argparse.Namespace, algs: list[Optional[str]]):
+    from .runner import Settings
+    given = a.warmup_iters is not None
+    return Settings(sizes=a.sizes, dtype=a.dtype, op=a.op, root=a.root, algorithms=algs,
+                    iters=a.iters, warmup=a.warmup_iters if given else DEFAULT_WARMUP,
+                    warmup_given=given, budget_s=a.budget, check=a.check)
+
+
+def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, table):
+    """Measure one collective and print its table on rank 0; None if it is skipped."""
+    from . import report, runner
+    rank0 = comm.rank == 0
+    algs = algorithms_for(name, a.algorithm, comm)
+    if algs is None:
+        if rank0:
+            print(f"# skip {name}: no algorithm {a.algorithm!r} "
+                  f"(it has {', '.join(comm.algorithms(name))})\n#", flush=True)
+        return None
+    cls = CASES[name]
+    res = report.Result(collective=name, n=comm.size, transport=comm.transport,
+                        dtype=str(a.dtype), op=a.op if cls.reducing else "none",
+                        root=a.root if cls.rooted else -1, memcpy_gbps=memcpy)
+    if rank0:
+        shown = [x for x in algs if x is not None] or comm.algorithms(name)
+        table.header(res, a.transport, [("auto:" if None in algs else "") + x for x in shown])
+    for row in runner.run_collective(name, comm, mpicomm, _settings(a, algs)):
+        res.rows.append(row)
+        if rank0:
+            table.row(res, row)
+    if rank0:
+        table.closing(res)
+    return res
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -143,59 +179,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     world = MPI.COMM_WORLD
     a = parse_args(argv, world.Get_rank(), world.Get_size())
-    mpicomm = world.Dup()
-    comm = cc.init(transport=a.transport)
-    rank0 = comm.rank == 0
     names = list(COLLECTIVES) if a.collective == "all" else [a.collective]
-    if a.algorithm not in (None, "all"):
-        if not any(algorithms_for(n, a.algorithm, comm) for n in names):
-            if rank0:
-                print(f"python -m bench: error: no collective of {names} has algorithm "
-                      f"{a.algorithm!r}", file=sys.stderr)
-            comm.close()
-            mpicomm.Free()
-            return 2
-    memcpy = runner.memcpy_gbps(mpicomm)
-    table = report.Table()
+    mpicomm = world.Dup()
     results: list[report.Result] = []
-    warm_given = a.warmup_iters is not None
-    for name in names:
-        algs = algorithms_for(name, a.algorithm, comm)
-        if algs is None:
+    try:
+        with cc.init(transport=a.transport) as comm:
+            rank0 = comm.rank == 0
+            if a.algorithm not in (None, "all") and \
+                    not any(algorithms_for(n, a.algorithm, comm) for n in names):
+                if rank0:
+                    offered = "; ".join(f"{n}: {', '.join(comm.algorithms(n))}"
+                                        for n in names)
+                    print(f"python -m bench: error: unknown algorithm {a.algorithm!r} "
+                          f"(offered: {offered})", file=sys.stderr)
+                return 2
+            memcpy = runner.memcpy_gbps(mpicomm)
+            table = report.Table()
             if rank0:
-                print(f"# skip {name}: no algorithm {a.algorithm!r} "
-                      f"(it has {', '.join(comm.algorithms(name))})\n#", flush=True)
-            continue
-        cls = CASES[name]
-        res = report.Result(collective=name, n=comm.size, transport=comm.transport,
-                            dtype=str(a.dtype), op=a.op if cls.reducing else "none",
-                            root=a.root if cls.rooted else -1, memcpy_gbps=memcpy)
-        settings = runner.Settings(
-            sizes=a.sizes, dtype=a.dtype, op=a.op, root=a.root, algorithms=algs,
-            iters=a.iters, warmup=a.warmup_iters if warm_given else DEFAULT_WARMUP,
-            warmup_given=warm_given, budget_s=a.budget, check=a.check)
-        if rank0:
-            shown = [x for x in algs if x is not None] or comm.algorithms(name)
-            table.header(res, a.transport, [("auto:" if None in algs else "") + x
-                                            for x in shown],
-                         iters=str(a.iters) if a.iters else
-                         f"auto ({a.budget:g} s/size, {runner.MIN_ITERS}..{runner.MAX_ITERS})",
-                         warmup=str(settings.warmup) + ("" if warm_given else " (<=0.2 s)"),
-                         check=a.check)
-        for row in runner.run_collective(name, comm, mpicomm, settings):
-            res.rows.append(row)
-            if rank0:
-                table.row(res, row)
-        if rank0:
-            table.closing(res)
-        results.append(res)
-    comm.close()
-    mpicomm.Free()
-    if rank0 and results:
+                table.preamble(
+                    memcpy, iters=str(a.iters) if a.iters else
+                    f"auto ({a.budget:g} s/size, {runner.MIN_ITERS}..{runner.MAX_ITERS})",
+                    warmup=str(a.warmup_iters) if a.warmup_iters is not None
+                    else f"{DEFAULT_WARMUP} (<= 0.2 s)", check=a.check)
+            for name in names:
+                res = _bench_one(name, a, comm, mpicomm, memcpy, table)
+                if res is not None:
+                    results.append(res)
+    finally:
+        mpicomm.Free()
+    if world.Get_rank() == 0 and results:
         if a.json:
             report.write_json(a.json, results, as_list=a.collective == "all")
             print(f"# wrote {a.json}", flush=True)
         if a.plot and report.write_plot(a.plot, results):
             print(f"# wrote {a.plot}", flush=True)
-    wrong = any(r.wrong for res in results for r in res.rows)
-    return 1 if wrong else 0
+    return 1 if any(r.wrong for res in results for r in res.rows) else 0

@@ -51,17 +51,23 @@ class Table:
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
-    def header(self, res: Result, requested_transport: str, algorithm_names: list[str],
-               iters: str, warmup: str, check: bool) -> None:
-        self.alg_width = max([12] + [len(a) + 5 for a in algorithm_names])
-        rooted = res.root >= 0
-        self._print(f"# collectives bench: {res.collective}  nranks {res.n}  transport "
-                    f"{res.transport} (asked {requested_transport})  dtype {res.dtype}  "
-                    f"op {res.op}" + (f"  root {res.root}" if rooted else ""))
-        self._print(f"# memcpy bandwidth (1 core, np.copyto of 64 MiB): "
-                    f"{res.memcpy_gbps:.2f} GB/s")
+    def preamble(self, memcpy_gbps: float, iters: str, warmup: str, check: bool) -> None:
+        """The lines that hold for every collective of the run."""
+        self._print(f"# memcpy bandwidth (1 core, np.copyto of 64 MiB): {memcpy_gbps:.2f} GB/s")
         self._print(f"# iters: {iters}  warmup: {warmup}  check: {'yes' if check else 'no'}"
-                    "  (algorithm 'auto:X': the library's default choice X)")
+                    "  (algorithm auto:X = the library's default choice, X)")
+        self._print("#")
+
+    def header(self, res: Result, requested_transport: str,
+               algorithm_names: list[str]) -> None:
+        """The collective's title line and the column heads."""
+        self.alg_width = max([12] + [len(a) + 5 for a in algorithm_names])
+        transport = res.transport
+        if requested_transport != res.transport:
+            transport += f" ({requested_transport})"
+        self._print(f"# {res.collective}  nranks {res.n}  transport {transport}  dtype "
+                    f"{res.dtype}  op {res.op}  root {res.root}  memcpy "
+                    f"{res.memcpy_gbps:.2f} GB/s")
         names, units = [], []
         for title, unit, w in _COLUMNS:
             w = w or self.alg_width
@@ -142,12 +148,11 @@ def write_plot(path: str, results: list[Result]) -> bool:
         mpi = [(r.bytes, r.mpi_busbw) for r in first if r.mpi_busbw is not None]
         if mpi:
             ax.plot(*zip(*mpi), marker="s", linestyle="--", color="black", label="MPI")
-        ax.axhline(res.memcpy_gbps, color="grey", linewidth=0.8, linestyle=":",
-                   label="memcpy (1 core)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("size (bytes)")
         ax.set_ylabel("busbw (GB/s)")
-        ax.set_title(f"{res.collective}, n={res.n}, {res.transport}, {res.dtype}")
+        ax.set_title(f"{res.collective}, n={res.n}, {res.transport}, {res.dtype} "
+                     f"(memcpy {res.memcpy_gbps:.1f} GB/s)", fontsize="medium")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     for ax in list(axes.flat)[len(panels):]:

@@ -59,8 +59,3 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"conformance: {total} multi-rank cases checked against numpy "
             f"(sum over ranks) in {len(_cache)} mpiexec jobs")
-
-
-def pytest_configure(config):
-    import sys
-    sys.path.insert(0, os.path.dirname(__file__))

@@ -8,6 +8,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+# MPICH's simple fork launcher: unlike hydra it lets the survivors of a killed
+# rank run on (hydra may SIGKILL them even with -disable-auto-cleanup).
+GFORKER = str(Path(sys.executable).with_name("mpiexec.gforker"))
 
 
 def mpi_env(**extra: str) -> dict:
@@ -18,10 +21,10 @@ def mpi_env(**extra: str) -> dict:
     return env
 
 
-def run_mpi(n: int, argv: list[str], timeout: float = 300, flags: tuple = (),
+def run_mpi(n: int, argv: list[str], timeout: float = 300, launcher: str = MPIEXEC,
             **env: str) -> subprocess.CompletedProcess:
     """Run ``python argv...`` on ``n`` ranks; returns the finished process."""
-    cmd = [MPIEXEC, *flags, "-n", str(n), sys.executable, *argv]
+    cmd = [launcher, "-n", str(n), sys.executable, *argv]
     return subprocess.run(cmd, cwd=ROOT, env=mpi_env(**env), capture_output=True,
                           text=True, timeout=timeout)
 

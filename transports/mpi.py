@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .base import Deadline, Endpoint, Reducer, Request, Transport
-from .errors import CollectiveError
+from .errors import CollectiveError, PeerFailure
 
 TAG_UB = 32767  # the least upper bound on tags that MPI guarantees
 
@@ -100,6 +100,13 @@ class MpiEndpoint(Endpoint):
         return _Req(self, self.comm.Irecv([b, MPI.BYTE], peer, self._tag(tag)), peer,
                     b.nbytes, False, acc, op, scratch)
 
+    def _failed(self, peer: int, e: Exception) -> CollectiveError:
+        for _ in range(50):  # a peer that is dying may take a moment to be gone
+            if self.t.liveness.dead([peer]):
+                return PeerFailure(f"rank(s) [{peer}] died during {self.what}", ranks=[peer])
+            time.sleep(0.01)
+        return CollectiveError(f"message from rank {peer} failed: {e}", ranks=[peer])
+
     def waitall(self, reqs: Iterable[Request]) -> None:
         pending = [r for r in reqs if not r.finished]
         if not pending:
@@ -114,8 +121,7 @@ class MpiEndpoint(Endpoint):
                 try:
                     ok = r.mpi.Test(status)
                 except MPI.Exception as e:
-                    raise CollectiveError(f"message from rank {r.peer} failed: {e}",
-                                          ranks=[r.peer]) from None
+                    raise self._failed(r.peer, e) from None
                 if ok:
                     if not r.sending and status.Get_count(MPI.BYTE) != r.nbytes:
                         raise CollectiveError(

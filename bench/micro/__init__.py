@@ -1,0 +1,1 @@
+"""pytest-benchmark micro-benchmarks of single-process hot paths (not in the default run)."""

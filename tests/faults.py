@@ -1,0 +1,116 @@
+"""Fault scenarios, run under mpiexec by test_faults.py.
+
+    mpiexec [-disable-auto-cleanup] -n N python tests/faults.py SCENARIO TRANSPORT OUTDIR
+
+late:  the last rank never calls the collective; the others must raise
+       CollectiveTimeout naming the call (and, on shm, the late rank).
+kill:  rank 1 SIGKILLs itself at a random moment inside a stream of
+       collectives; every survivor must raise PeerFailure or CollectiveTimeout.
+Every rank writes OUTDIR/rank<r>.json with its pid and what it saw, then
+leaves with os._exit (MPI cannot finalize with a dead peer).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import collectives as cc  # noqa: E402
+
+TIMEOUT = 3.0
+
+
+def write(outdir: str, rank: int, **info) -> None:
+    path = os.path.join(outdir, f"rank{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump({"pid": os.getpid(), **info}, f)
+    os.replace(path + ".tmp", path)
+
+
+def stream(comm, calls: list[str]) -> None:
+    n, r = comm.size, comm.rank
+    x = np.ones(200_000, np.float32)
+    blocks = np.ones((n, 50_000), np.float32)
+    for i in range(100000):
+        call = calls[i % len(calls)]
+        if call == "all_reduce":
+            comm.all_reduce(x)
+        elif call == "broadcast":
+            comm.broadcast(x, root=i % n)
+        elif call == "all_gather":
+            comm.all_gather(x[:50_000])
+        elif call == "reduce_scatter":
+            comm.reduce_scatter(blocks)
+        elif call == "all_to_all":
+            comm.all_to_all(blocks)
+        elif call == "reduce":
+            comm.reduce(x, root=i % n)
+        elif call == "p2p":
+            h = comm.isend(x, (r + 1) % n)
+            comm.recv(np.empty_like(x), (r - 1) % n)
+            h.wait()
+        else:
+            comm.barrier()
+
+
+def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") -> None:
+    # The launcher signals the survivors of a death (hydra: SIGUSR1, gforker:
+    # SIGINT/SIGQUIT): ignore those so that the library's own detection is
+    # what this tests.
+    for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    comm = cc.init(transport=transport, timeout=TIMEOUT)
+    r, n = comm.rank, comm.size
+    write(outdir, r, state="started")
+    t0 = time.monotonic()
+    try:
+        if scenario == "late":
+            comm.barrier()
+            if r == n - 1:
+                time.sleep(TIMEOUT + 1)
+                linger(outdir, n, skip={n - 1})
+                write(outdir, r, state="late")
+                os._exit(0)
+            comm.all_reduce(np.ones(1000))
+            write(outdir, r, state="no error")
+        elif scenario == "kill":
+            if r == 1:
+                delay = random.Random(os.getpid()).uniform(0.05, 0.6)
+                threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            stream(comm, calls.split(","))
+            write(outdir, r, state="no error")
+    except cc.CollectiveError as e:
+        write(outdir, r, state="error", error=type(e).__name__, message=str(e),
+              call=e.call, ranks=e.ranks, seconds=time.monotonic() - t0,
+              timeout_error=isinstance(e, TimeoutError))
+    linger(outdir, n, skip={1} if scenario == "kill" else {n - 1})
+    os._exit(0)
+
+
+def linger(outdir: str, n: int, skip: set) -> None:
+    """Stay alive until every other survivor has reported: hydra ends the whole
+    job as soon as one process leaves without MPI_Finalize."""
+    end = time.monotonic() + 4 * TIMEOUT + 10
+    while time.monotonic() < end:
+        states = []
+        for r in set(range(n)) - skip:
+            try:
+                with open(os.path.join(outdir, f"rank{r}.json")) as f:
+                    states.append(json.load(f)["state"])
+            except (OSError, ValueError):
+                states.append(None)
+        if all(s not in (None, "started") for s in states):
+            return
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
