@@ -39,7 +39,6 @@ class Case:
     blocked = False         # the size covers n blocks of S // (n * itemsize) elements
     reducing = False        # takes an op
     rooted = False          # takes a root
-    takes_algorithm = True  # accepts algorithm=
 
     def __init__(self, comm, mpicomm, nbytes: int, dtype: np.dtype, op: str, root: int):
         self.comm, self.mpicomm = comm, mpicomm
@@ -313,14 +312,14 @@ class Scatter(Case):
 
 
 class Barrier(Case):
-    name, factor_kind, takes_algorithm = "barrier", "none", False
+    name, factor_kind = "barrier", "none"
 
     def __init__(self, comm, mpicomm, nbytes: int, dtype: np.dtype, op: str, root: int):
         super().__init__(comm, mpicomm, 0, dtype, op, root)
 
     def ours(self, algorithm):
         c = self.comm
-        return lambda: c.barrier()
+        return lambda: c.barrier(algorithm=algorithm)
 
     def mpi(self):
         mc = self.mpicomm

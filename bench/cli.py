@@ -130,8 +130,6 @@ def algorithms_for(name: str, requested: Optional[str], comm) -> Optional[list[O
     offered = comm.algorithms(name)
     if requested != "all" and requested not in offered:
         return None
-    if not CASES[name].takes_algorithm:  # one algorithm, that the call does not name
-        return [None]
     return list(offered) if requested == "all" else [requested]
 
 

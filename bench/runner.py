@@ -141,13 +141,7 @@ def mpi_supported(fn: Optional[Call], mpicomm) -> bool:
 
 def auto_name(case: Case) -> str:
     """The algorithm the library picks by default for ``case`` ("?" if unknown)."""
-    if not case.takes_algorithm:
-        return case.comm.algorithms(case.name)[0]
-    try:  # the chooser is internal; the table only labels the row with it
-        from collectives.communicator import _FAMILIES
-        return _FAMILIES[case.name][1](case.choose_nbytes(), case.n)
-    except Exception:
-        return "?"
+    return case.comm.choose_algorithm(case.name, case.choose_nbytes())
 
 
 def effective_sizes(name: str, sizes: list[int], n: int, dtype: np.dtype) -> list[int]:

@@ -101,6 +101,7 @@ class Communicator:
         self._seq = 0
         self._exec = Executor(f"{transport.name}-{self.rank}")
         self._broken: BaseException | None = None
+        self._p2p_broken: BaseException | None = None
         self._closed = False
         _LIVE.add(self)
 
@@ -119,6 +120,13 @@ class Communicator:
             raise ValueError(f"algorithms: unknown collective {name!r}; expected one of "
                              f"{sorted(_FAMILIES)}")
         return list(_FAMILIES[name][0])
+
+    def choose_algorithm(self, name: str, nbytes: int) -> str:
+        """The algorithm that ``algorithm=None`` picks for ``name`` on a message of
+        ``nbytes`` (the input's nbytes: x for most calls, buf for broadcast,
+        one block for gather and scatter) on this communicator."""
+        self.algorithms(name)
+        return _FAMILIES[name][1](int(nbytes), self.size)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self._t.name
@@ -229,16 +237,18 @@ class Communicator:
         v.array(c, "x", x)
         o = resolve(op, x.dtype)
         root = v.rank(c, "root", root, self.size)
+        in_place = False
         if self.rank == root:
             if out is None:
                 out = np.empty_like(x)
             else:
                 v.out(c, out, x.shape, x.dtype, "the shape of x")
-                v.no_overlap(c, x, out, in_place_ok=True)
+                in_place = v.no_overlap(c, x, out, in_place_ok=True)
         else:
             out = None
         alg = self._pick(c, algorithm, x.nbytes)
-        xf, of = x.reshape(-1), None if out is None else out.reshape(-1)
+        of = None if out is None else out.reshape(-1)
+        xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
         uf = UFUNCS[o]
 
         def body(ep):
@@ -334,52 +344,58 @@ class Communicator:
             return out
         return self._run(c, body, async_op)
 
-    def barrier(self, *, async_op: bool = False):
+    def barrier(self, *, algorithm: str | None = None, async_op: bool = False):
         """Return once every rank has entered the barrier."""
-        self._open("barrier")
+        c = "barrier"
+        self._open(c)
+        alg = self._pick(c, algorithm, 0)
 
         def body(ep):
-            barrier.dissemination(ep)
-        return self._run("barrier", body, async_op)
+            alg(ep)
+        return self._run(c, body, async_op)
 
     # -- point to point -------------------------------------------------------
     def _p2p(self, call: str, fn: Callable[[], Any]):
-        if self._broken is not None:
-            raise broken_error(self._broken)
+        """Run a point-to-point step; an error leaves the p2p endpoint unusable
+        (collectives go on: they use their own endpoint)."""
+        if self._p2p_broken is not None:
+            raise broken_error(self._p2p_broken)
         try:
             return fn()
         except CollectiveError as e:
             e.call = e.call or call
-            self._broken = e
+            self._p2p_broken = e
             raise
 
-    def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Work:
-        """Start sending ``x`` to ``dst``; ``wait()`` returns once x may be reused."""
-        c = "isend"
+    def _start_send(self, c: str, x, dst, tag) -> "_P2PWork":
         self._open(c)
         v.array(c, "x", x)
         dst = v.peer(c, "dst", dst, self.size, self.rank)
         tag = v.tag(c, tag)
-        req = self._p2p(c, lambda: self._t.p2p.isend(x, dst, tag))
-        return _P2PWork(self, req, None, c)
+        return _P2PWork(self, self._p2p(c, lambda: self._t.p2p.isend(x, dst, tag)), None, c)
 
-    def irecv(self, out: np.ndarray, src: int, tag: int = 0) -> Work:
-        """Start receiving into ``out`` from ``src``; ``wait()`` returns ``out``."""
-        c = "irecv"
+    def _start_recv(self, c: str, out, src, tag) -> "_P2PWork":
         self._open(c)
         v.array(c, "out", out, writable=True)
         src = v.peer(c, "src", src, self.size, self.rank)
         tag = v.tag(c, tag)
-        req = self._p2p(c, lambda: self._t.p2p.irecv(out, src, tag))
-        return _P2PWork(self, req, out, c)
+        return _P2PWork(self, self._p2p(c, lambda: self._t.p2p.irecv(out, src, tag)), out, c)
+
+    def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Work:
+        """Start sending ``x`` to ``dst``; ``wait()`` returns once x may be reused."""
+        return self._start_send("isend", x, dst, tag)
+
+    def irecv(self, out: np.ndarray, src: int, tag: int = 0) -> Work:
+        """Start receiving into ``out`` from ``src``; ``wait()`` returns ``out``."""
+        return self._start_recv("irecv", out, src, tag)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
         """Send ``x`` to ``dst``; returns once ``x`` may be reused."""
-        self.isend(x, dst, tag).wait()
+        self._start_send("send", x, dst, tag).wait()
 
     def recv(self, out: np.ndarray, src: int, tag: int = 0) -> np.ndarray:
         """Receive into ``out`` (the shape and dtype that ``src`` sent); returns ``out``."""
-        return self.irecv(out, src, tag).wait()
+        return self._start_recv("recv", out, src, tag).wait()
 
     # -- sub-communicators and life cycle -----------------------------------
     def split(self, color: int, key: int | None = None) -> "Communicator | None":

@@ -38,23 +38,18 @@ def out(call: str, o, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
     return o
 
 
-def same_buffer(a: np.ndarray, b: np.ndarray) -> bool:
-    """``b`` is ``a`` itself, or a view of exactly the same bytes."""
-    if a is b:
-        return True
-    return (a.nbytes == b.nbytes and a.nbytes > 0 and
-            a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
-
-
 def no_overlap(call: str, x: np.ndarray, o: np.ndarray, in_place_ok: bool) -> bool:
-    """True for in place; ValueError for a partial overlap of ``out`` and ``x``."""
-    if same_buffer(x, o):
-        if not in_place_ok:
-            raise ValueError(f"{call}: out cannot be x for this call")
-        return True
-    if np.may_share_memory(x, o):
+    """True for in place (``out`` is ``x`` or a view of exactly its bytes);
+    ValueError for any other overlap of ``out`` and ``x``."""
+    if o is not x and not np.may_share_memory(x, o):
+        return False
+    same = o is x or (o.nbytes == x.nbytes and
+                      o.__array_interface__["data"][0] == x.__array_interface__["data"][0])
+    if not same:
         raise ValueError(f"{call}: out overlaps x; pass out=x for in place or a separate array")
-    return False
+    if not in_place_ok:
+        raise ValueError(f"{call}: out cannot be x for this call")
+    return True
 
 
 def integer(call: str, name: str, v) -> int:

@@ -26,7 +26,8 @@ def open_transport(kind: str, mpicomm, timeout: float) -> Transport:
     """Connect the ranks of ``mpicomm`` with a transport of ``kind``."""
     pids, local, one_host = host_layout(mpicomm)
     if kind == "auto":
-        kind = "shm" if one_host else "mpi"
+        from .shm import supported
+        kind = "shm" if one_host and supported() else "mpi"
     if kind == "shm":
         if not one_host:
             raise ValueError("transport='shm' needs every rank on one host; "

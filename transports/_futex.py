@@ -11,7 +11,7 @@ import ctypes
 import errno
 import platform
 
-_SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "ppc64le": 221, "s390x": 238}.get(platform.machine())
+_SYS_FUTEX = {"x86_64": 202}.get(platform.machine())  # the shm transport runs on x86-64 only
 _FUTEX_WAIT = 0
 _FUTEX_WAKE = 1
 _INT_MAX = 0x7FFFFFFF

@@ -4,8 +4,10 @@ A transport connects the ranks of one communicator.  It has two endpoints
 that never mix: ``coll`` carries the collectives (messages between a pair
 arrive in the order sent, and every rank runs the same schedule, so they
 match in order) and ``p2p`` carries the user's ``send``/``recv`` (matched by
-tag, like MPI).  Both count payload bytes into the transport's ``sent_bytes``
-and ``recv_bytes``: this is the only place where traffic is counted.
+tag, like MPI).  Each endpoint counts the payload bytes of the messages it
+completes (one thread drives an endpoint, so no count is lost); the
+transport's ``sent_bytes``/``recv_bytes`` add the two.  This is the only
+place where traffic is counted.
 
 All buffers handed to an endpoint are 1-D, C-contiguous numpy arrays; a
 receive must be given exactly the number of bytes that the sender sends.
@@ -39,6 +41,8 @@ class Endpoint:
     rank: int
     size: int
     tag: int = 0  # the tag of the collective in progress (coll endpoint)
+    sent_bytes: int = 0
+    recv_bytes: int = 0
 
     def isend(self, buf: np.ndarray, peer: int, tag: int | None = None) -> Request:
         raise NotImplementedError
@@ -85,9 +89,15 @@ class Transport:
     def __init__(self, rank: int, size: int, timeout: float,
                  pids: Sequence[int], local: Sequence[bool]):
         self.rank, self.size, self.timeout = rank, size, float(timeout)
-        self.sent_bytes = 0
-        self.recv_bytes = 0
         self.liveness = Liveness(pids, local)
+
+    @property
+    def sent_bytes(self) -> int:
+        return self.coll.sent_bytes + self.p2p.sent_bytes
+
+    @property
+    def recv_bytes(self) -> int:
+        return self.coll.recv_bytes + self.p2p.recv_bytes
 
     def set_arrived(self, seq: int) -> None:
         """Note that this rank entered collective ``seq`` (for timeout reports)."""

@@ -2,13 +2,16 @@
 
 Each endpoint owns a duplicate of the communicator's MPI communicator, so
 collectives and the user's messages never match each other's receives.
-Waits poll ``Testall``, yielding the core between polls and backing off to
-short sleeps when nothing moves, so that a deadline and the liveness of
-local peers can be checked.
+Waits poll ``Test`` on each pending request, yielding the core between polls
+and backing off to short sleeps when nothing moves, so that a deadline and
+the liveness of local peers can be checked.  One lock per transport
+serialises the MPI calls of the collective worker and the caller's thread,
+so a library that grants less than MPI_THREAD_MULTIPLE is safe too.
 """
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Iterable
 
@@ -26,8 +29,9 @@ class MpiTransport(Transport):
 
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
+        self.lock = threading.Lock()
         self.coll = MpiEndpoint(self, mpicomm.Dup(), "collective")
-        self.p2p = MpiEndpoint(self, mpicomm.Dup(), "recv")
+        self.p2p = MpiEndpoint(self, mpicomm.Dup(), "send/recv")
 
     def close(self) -> None:
         for ep in (self.coll, self.p2p):
@@ -42,23 +46,37 @@ class _Req(Request):
         self.sending, self.acc, self.op, self.scratch = sending, acc, op, scratch
         self.finished = False
 
-    def complete(self) -> None:
+    def test(self) -> bool:
+        """Complete the request if MPI has: check the size, reduce, count."""
+        if self.finished:
+            return True
+        ep = self.ep
+        status = MPI.Status()
+        try:
+            with ep.t.lock:
+                ok = self.mpi.Test(status)
+        except MPI.Exception as e:
+            raise ep.failed(self.peer, e) from None
+        if not ok:
+            return False
         self.finished = True
-        t = self.ep.t
         if self.sending:
-            t.sent_bytes += self.nbytes
-        else:
-            t.recv_bytes += self.nbytes
-            if self.op is not None:
-                self.op(self.acc, self.scratch, out=self.acc)
+            ep.sent_bytes += self.nbytes
+            return True
+        got = status.Get_count(MPI.BYTE)
+        if got != self.nbytes:
+            raise CollectiveError(f"rank {self.peer} sent {got} bytes where rank {ep.rank} "
+                                  f"expects {self.nbytes}", ranks=[self.peer])
+        ep.recv_bytes += self.nbytes
+        if self.op is not None:
+            self.op(self.acc, self.scratch, out=self.acc)
+        return True
 
     def wait(self) -> None:
         self.ep.waitall([self])
 
     def done(self) -> bool:
-        if not self.finished and self.mpi.Test():
-            self.complete()
-        return self.finished
+        return self.test()
 
 
 class MpiEndpoint(Endpoint):
@@ -67,7 +85,7 @@ class MpiEndpoint(Endpoint):
         self.rank, self.size = t.rank, t.size
 
     def free(self) -> None:
-        if self.comm != MPI.COMM_NULL:
+        if self.comm != MPI.COMM_NULL:  # collective in MPI: every rank closes
             try:
                 self.comm.Free()
             except MPI.Exception:
@@ -82,25 +100,24 @@ class MpiEndpoint(Endpoint):
             raise ValueError(f"peer {peer} is not another rank of this communicator "
                              f"(size {self.size}, rank {self.rank})")
 
-    def isend(self, buf, peer, tag=None) -> Request:
+    def _post(self, start, buf, peer, tag, sending, acc=None, op=None) -> Request:
         self._check_peer(peer)
         b = buf.reshape(-1).view(np.uint8)
-        return _Req(self, self.comm.Isend([b, MPI.BYTE], peer, self._tag(tag)), peer, b.nbytes, True)
+        with self.t.lock:
+            req = start([b, MPI.BYTE], peer, self._tag(tag))
+        return _Req(self, req, peer, b.nbytes, sending, acc, op, buf)
+
+    def isend(self, buf, peer, tag=None) -> Request:
+        return self._post(self.comm.Isend, buf, peer, tag, True)
 
     def irecv(self, out, peer, tag=None) -> Request:
-        self._check_peer(peer)
-        b = out.reshape(-1).view(np.uint8)
-        return _Req(self, self.comm.Irecv([b, MPI.BYTE], peer, self._tag(tag)), peer, b.nbytes, False)
+        return self._post(self.comm.Irecv, out, peer, tag, False)
 
     def irecv_reduce(self, acc, peer, op: Reducer, tag=None) -> Request:
-        self._check_peer(peer)
         acc = acc.reshape(-1)
-        scratch = np.empty_like(acc)
-        b = scratch.view(np.uint8)
-        return _Req(self, self.comm.Irecv([b, MPI.BYTE], peer, self._tag(tag)), peer,
-                    b.nbytes, False, acc, op, scratch)
+        return self._post(self.comm.Irecv, np.empty_like(acc), peer, tag, False, acc, op)
 
-    def _failed(self, peer: int, e: Exception) -> CollectiveError:
+    def failed(self, peer: int, e: Exception) -> CollectiveError:
         for _ in range(50):  # a peer that is dying may take a moment to be gone
             if self.t.liveness.dead([peer]):
                 return PeerFailure(f"rank(s) [{peer}] died during {self.what}", ranks=[peer])
@@ -109,34 +126,16 @@ class MpiEndpoint(Endpoint):
 
     def waitall(self, reqs: Iterable[Request]) -> None:
         pending = [r for r in reqs if not r.finished]
-        if not pending:
-            return
         dl = Deadline(self.t.timeout)
         polls, nap = 0, 0.0
-        status = MPI.Status()
         while pending:
-            still = []
-            moved = False
-            for r in pending:
-                try:
-                    ok = r.mpi.Test(status)
-                except MPI.Exception as e:
-                    raise self._failed(r.peer, e) from None
-                if ok:
-                    if not r.sending and status.Get_count(MPI.BYTE) != r.nbytes:
-                        raise CollectiveError(
-                            f"rank {r.peer} sent {status.Get_count(MPI.BYTE)} bytes where "
-                            f"rank {self.rank} expects {r.nbytes}", ranks=[r.peer])
-                    r.complete()
-                    moved = True
-                else:
-                    still.append(r)
-            pending = still
-            if not pending:
+            still = [r for r in pending if not r.test()]
+            if not still:
                 return
-            if moved:
+            if len(still) < len(pending):
                 dl.progress()
                 polls, nap = 0, 0.0
+                pending = still
                 continue
             polls += 1
             if polls < 64:

@@ -2,11 +2,13 @@
 
 One segment per communicator, created by rank 0 under an unguessable name
 with O_EXCL and mode 0600, opened by the others, and unlinked as soon as all
-have mapped it: nothing is left in /dev/shm even if the job is killed.
+have mapped it: once a communicator is up, nothing is left in /dev/shm even
+if the job is killed (only a kill inside the few milliseconds of start-up
+between creation and unlink can leave a segment behind).
 
 Layout (all offsets 64-byte aligned)::
 
-    rank block   per rank: doorbell u32 | sleeping u32 | arrived u64
+    rank block   per rank: doorbell u32 | sleeping u32 per endpoint | arrived u64
     channels     per endpoint (coll, p2p), per ordered pair (src -> dst):
                  head u32 (sender writes) | tail u32 (receiver writes)
                  nslots x [header: tag, total, offset, nbytes (i64) | data]
@@ -26,6 +28,7 @@ from __future__ import annotations
 import collections
 import mmap
 import os
+import platform
 import secrets
 import threading
 from typing import Iterable
@@ -49,18 +52,37 @@ def _env_int(name: str, default: int) -> int:
     return int(v) if v else default
 
 
+# The slot protocol orders its plain stores (data, header, then head) by the
+# processor's own store order: x86-64 keeps stores in program order (TSO).
+SUPPORTED_MACHINES = ("x86_64", "AMD64")
+MAX_MESSAGE_BYTES = 1 << 40
+
+
+def supported() -> bool:
+    return platform.machine() in SUPPORTED_MACHINES and _futex.available
+
+
+def _settings() -> tuple[int, int]:
+    slot_bytes = _env_int("COLLECTIVES_SHM_SLOT_BYTES", 256 * 1024)
+    nslots = _env_int("COLLECTIVES_SHM_SLOTS", 4)
+    if slot_bytes % 64 or slot_bytes <= 0:
+        raise ValueError("COLLECTIVES_SHM_SLOT_BYTES must be a positive multiple of 64")
+    if nslots < 1 or nslots & (nslots - 1):
+        raise ValueError("COLLECTIVES_SHM_SLOTS must be a power of two")
+    return slot_bytes, nslots
+
+
 class ShmTransport(Transport):
     name = "shm"
 
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
-        self.slot_bytes = _env_int("COLLECTIVES_SHM_SLOT_BYTES", 256 * 1024)
-        self.nslots = _env_int("COLLECTIVES_SHM_SLOTS", 4)
+        if not supported():
+            raise ValueError(f"transport='shm' needs an x86-64 Linux host (this is "
+                             f"{platform.machine()}); use transport='mpi'")
+        # rank 0's settings hold for all: the layout must be the same everywhere
+        self.slot_bytes, self.nslots = mpicomm.bcast(_settings() if self.rank == 0 else None)
         self.spin = _env_int("COLLECTIVES_SPIN", 20)
-        if self.slot_bytes % 64 or self.slot_bytes <= 0:
-            raise ValueError("COLLECTIVES_SHM_SLOT_BYTES must be a positive multiple of 64")
-        if self.nslots < 1 or self.nslots & (self.nslots - 1):
-            raise ValueError("COLLECTIVES_SHM_SLOTS must be a power of two")
         n = self.size
         self._chan_bytes = _CHAN_CTRL + self.nslots * (_HDR + self.slot_bytes)
         self._chan_base = _align(_RANK_BLOCK * n, 4096)
@@ -81,20 +103,21 @@ class ShmTransport(Transport):
     def ring(self, peer: int) -> None:
         i = self._db(peer)
         self._u32[i] += 1
-        if self._u32[i + 1]:
+        if self._u32[i + 1] or self._u32[i + 2]:
             _futex.wake(self._addr + 4 * i)
 
     def set_arrived(self, seq: int) -> None:
-        self._i64[(_RANK_BLOCK * self.rank + 8) // 8] = seq
+        self._i64[(_RANK_BLOCK * self.rank + 16) // 8] = seq
 
     def arrived(self, r: int) -> int:
-        return int(self._i64[(_RANK_BLOCK * r + 8) // 8])
+        return int(self._i64[(_RANK_BLOCK * r + 16) // 8])
 
-    def sleep(self, seen: int, timeout: float) -> None:
+    def sleep(self, ctx: int, seen: int, timeout: float) -> None:
+        """Sleep on this rank's doorbell; a wake-up lost to a race costs at most 2 ms."""
         i = self._db(self.rank)
-        self._u32[i + 1] = 1
+        self._u32[i + 1 + ctx] = 1
         _futex.wait(self._addr + 4 * i, seen, max(0.0, min(timeout, 0.002)))
-        self._u32[i + 1] = 0
+        self._u32[i + 1 + ctx] = 0
 
     def doorbell(self) -> int:
         return int(self._u32[self._db(self.rank)])
@@ -206,7 +229,7 @@ class ShmEndpoint(Endpoint):
         self.unexpected = {p: collections.deque() for p in self.in_ch}
         self.incoming = dict.fromkeys(self.in_ch)
         self.lock = threading.RLock()
-        self.what = "recv" if not strict else "collective"
+        self.what = "collective" if strict else "send/recv"
 
     def release(self) -> None:
         self.out_ch = self.in_ch = {}
@@ -274,7 +297,7 @@ class ShmEndpoint(Endpoint):
             moved = True
             if s.chunks == 0:
                 s.finished = True
-                self.t.sent_bytes += s.data.nbytes
+                self.sent_bytes += s.data.nbytes
                 q.popleft()
         if moved:
             self.t.ring(peer)
@@ -310,7 +333,7 @@ class ShmEndpoint(Endpoint):
             moved = True
             if cur.off >= cur.total:
                 self.incoming[peer] = None
-                self.t.recv_bytes += cur.total
+                self.recv_bytes += cur.total
                 cur.finished = True
                 if isinstance(cur, _Unexpected):
                     if cur.waiter is not None:
@@ -337,6 +360,8 @@ class ShmEndpoint(Endpoint):
             if r.tag == tag:
                 self._check_total(r, total)
                 return r
+        if not 0 <= total <= MAX_MESSAGE_BYTES:
+            raise self._corrupt(peer, f"message of {total} bytes")
         m = _Unexpected(tag, total)
         self.unexpected[peer].append(m)
         return m
@@ -392,7 +417,7 @@ class ShmEndpoint(Endpoint):
                 continue
             dl.check(t.liveness, lambda: self._waited_peers(pending),
                      lambda: self._missing(pending), self.what)
-            t.sleep(seen, dl.remaining())
+            t.sleep(self.ctx, seen, dl.remaining())
 
     def _waited_peers(self, pending) -> list[int]:
         if self.strict:
@@ -422,6 +447,10 @@ def _open_segment(mpicomm, nbytes: int) -> mmap.mmap:
     name, err = None, None
     if rank == 0:
         try:
+            st = os.statvfs(SHM_DIR)
+            if st.f_bavail * st.f_frsize < nbytes:
+                raise OSError(f"{SHM_DIR} has {st.f_bavail * st.f_frsize} bytes free; "
+                              f"set COLLECTIVES_SHM_SLOT_BYTES or COLLECTIVES_SHM_SLOTS lower")
             name = SHM_PREFIX + secrets.token_hex(16)
             fd = os.open(os.path.join(SHM_DIR, name),
                          os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
