@@ -51,9 +51,11 @@ def cases(comm):
     yield "send to self", lambda: comm.send(x, comm.rank), ValueError, ["dst", "this rank"]
     yield "send out of range", lambda: comm.send(x, n), ValueError, ["dst"]
     yield "recv from negative", lambda: comm.recv(np.ones(3), -1), ValueError, ["src"]
-    yield "tag negative", lambda: comm.isend(x, (comm.rank + 1) % max(n, 2), tag=-1), ValueError, ["tag"]
-    yield "tag too big", lambda: comm.irecv(np.ones(3), (comm.rank + 1) % max(n, 2), tag=1 << 20), ValueError, ["tag"]
-    yield "recv read-only", lambda: comm.recv(ro, (comm.rank + 1) % max(n, 2)), ValueError, ["out", "read-only"]
+    if n > 1:
+        peer = (comm.rank + 1) % n
+        yield "tag negative", lambda: comm.isend(x, peer, tag=-1), ValueError, ["tag"]
+        yield "tag too big", lambda: comm.irecv(np.ones(3), peer, tag=1 << 20), ValueError, ["tag"]
+        yield "recv read-only", lambda: comm.recv(ro, peer), ValueError, ["out", "read-only"]
     yield "split color float", lambda: comm.split(0.5), TypeError, ["color"]
     yield "unknown collective", lambda: comm.algorithms("allreduce"), ValueError, ["allreduce"]
     yield "init transport", lambda: cc.init(transport="tcp"), ValueError, ["transport", "tcp"]
