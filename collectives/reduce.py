@@ -18,19 +18,19 @@ from .ranks import absolute, block_bounds, rel
 def binomial(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
     n = ep.size
     vr = rel(ep.rank, root, n)
-    acc = x
+    acc, writable = x, False  # x is the caller's: never reduce into it
     if vr == 0:
         if out is not x:
             np.copyto(out, x)
-        acc = out
+        acc, writable = out, True
     mask = 1
     while mask < n:
         if vr & mask:
             ep.send(acc, absolute(vr - mask, root, n))
             return
         if vr + mask < n:
-            if acc is x:
-                acc = x.copy()  # leaves (odd vr) never copy their input
+            if not writable:
+                acc, writable = x.copy(), True  # leaves (odd vr) never copy their input
             ep.recv_reduce(acc, absolute(vr + mask, root, n), op)
         mask <<= 1
 
