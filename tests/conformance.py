@@ -297,7 +297,15 @@ def fam_barrier(comm, rec):
 
 def fam_p2p(comm, rec):
     n, r = comm.size, comm.rank
-    if n == 1:
+    if n == 1:  # no peer to talk to: a message to oneself is refused
+        def alone():
+            try:
+                comm.send(np.ones(3), 0)
+            except ValueError as e:
+                assert "dst" in str(e)
+            else:
+                raise AssertionError("send to self was accepted")
+        rec.check("p2p in a world of one", alone)
         return
     right, left = (r + 1) % n, (r - 1) % n
     for i, (dt, c) in enumerate(itertools.product(("float32", "int8", "complex128"),
