@@ -29,9 +29,9 @@ def run_mpi(n: int, argv: list[str], timeout: float = 300, launcher: str = MPIEX
                           text=True, timeout=timeout)
 
 
-def shm_files() -> set[str]:
-    """Our segments in /dev/shm (MPICH's own mpich_shm_* files are not ours)."""
+def shm_files(prefix: str = "collectives-") -> set[str]:
+    """Our segments in /dev/shm (MPICH's own are ``mpich_shm_*``)."""
     try:
-        return {f for f in os.listdir("/dev/shm") if f.startswith("collectives-")}
+        return {f for f in os.listdir("/dev/shm") if f.startswith(prefix)}
     except FileNotFoundError:
         return set()
