@@ -2,6 +2,7 @@
 
 Bytes on the wire per rank, S = x.nbytes (one block; docs/algorithms.md):
   ring   (N-1) * S sent and received, in N-1 steps
+  direct (N-1) * S sent and received, in one round
   bruck  (N-1) * S sent and received, in ceil(log2 N) steps
 """
 from __future__ import annotations
@@ -34,8 +35,17 @@ def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out[:r * m], tmp[(n - r) * m:])
 
 
-ALGORITHMS = {"ring": ring, "bruck": bruck}
+def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """One round: every rank's block reaches every rank (ep.exchange)."""
+    m = x.size
+    for i, v in enumerate(ep.exchange(x)):
+        np.copyto(out[i * m:(i + 1) * m], v)
+
+
+ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct}
 
 
 def choose(nbytes: int, size: int) -> str:
+    if nbytes <= 4 * 1024:
+        return "direct"
     return "bruck" if nbytes * size <= 64 * 1024 else "ring"

@@ -2,6 +2,7 @@
 
 Bytes on the wire per rank, S = buf.nbytes, N ranks, p2 the largest power of
 two <= N (see docs/algorithms.md):
+  direct              (N-1) * S, in one round
   ring                2(N-1)/N * S
   recursive_doubling  log2(p2) * S, plus S for each rank in the fold
   halving_doubling    2(p2-1)/p2 * S, plus S for each rank in the fold
@@ -23,6 +24,17 @@ def ring(ep: Endpoint, buf: np.ndarray, op) -> None:
     bounds = block_bounds(buf.size, ep.size)
     owned = _ring.reduce_scatter(ep, buf, bounds, op)
     _ring.all_gather(ep, buf, bounds, shift=owned - ep.rank)
+
+
+def direct(ep: Endpoint, buf: np.ndarray, op) -> None:
+    """One round: every rank's vector reaches every rank (ep.exchange), and each
+    reduces all N in rank order, so every rank gets the same bits."""
+    if ep.size == 1:
+        return
+    v = ep.exchange(buf)
+    op(v[0], v[1], out=buf)
+    for x in v[2:]:
+        op(buf, x, out=buf)
 
 
 def _fold_in(ep: Endpoint, f: Fold, buf: np.ndarray, op) -> None:
@@ -84,11 +96,13 @@ def halving_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
 
 
 ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling,
-              "halving_doubling": halving_doubling}
+              "halving_doubling": halving_doubling, "direct": direct}
 
 
 def choose(nbytes: int, size: int) -> str:
     """Latency-bound sizes take the fewest rounds; large ones the fewest bytes."""
+    if nbytes <= 4 * 1024:
+        return "direct"
     if nbytes <= 16 * 1024 or size <= 2 and nbytes <= 64 * 1024:
         return "recursive_doubling"
     if nbytes <= 512 * 1024 and size & (size - 1) == 0:

@@ -1,5 +1,9 @@
-"""Barrier: dissemination (Hensgen, Finkel & Manber 1988), ceil(log2 N) rounds
-of empty messages to rank + 2^k; no payload bytes."""
+"""Barrier algorithms; no payload bytes.
+
+  dissemination  (Hensgen, Finkel & Manber 1988): ceil(log2 N) rounds of empty
+                 messages to rank + 2^k
+  direct         one round in which every rank signals every other
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -17,4 +21,14 @@ def dissemination(ep: Endpoint) -> None:
         k <<= 1
 
 
-ALGORITHMS = {"dissemination": dissemination}
+def direct(ep: Endpoint) -> None:
+    """One round: every rank tells every other that it has arrived (ep.exchange)."""
+    if ep.size > 1:
+        ep.exchange(_EMPTY)
+
+
+ALGORITHMS = {"dissemination": dissemination, "direct": direct}
+
+
+def choose(nbytes: int, size: int) -> str:
+    return "direct" if size <= 16 else "dissemination"

@@ -30,7 +30,7 @@ _FAMILIES: dict[str, tuple[dict, Callable[[int, int], str]]] = {
     "all_to_all": (all_to_all.ALGORITHMS, all_to_all.choose),
     "gather": (gather.GATHER, gather.choose),
     "scatter": (gather.SCATTER, gather.choose),
-    "barrier": (barrier.ALGORITHMS, lambda nbytes, size: "dissemination"),
+    "barrier": (barrier.ALGORITHMS, barrier.choose),
 }
 
 

@@ -281,16 +281,16 @@ def fam_scatter(comm, rec):
 
 def fam_barrier(comm, rec):
     n, r = comm.size, comm.rank
-    for i in range(4):
-        def run(i=i):
+    for i, alg in enumerate(comm.algorithms("barrier") * 3):
+        def run(i=i, alg=alg):
             time.sleep(0.002 * ((r + i) % n))
             t_in = time.time()
-            assert comm.barrier() is None
+            assert comm.barrier(algorithm=alg) is None
             t_out = time.time()
             times = comm.all_gather(np.array([t_in, t_out]))
             assert times[:, 1].min() >= times[:, 0].max(), \
                 f"a rank left the barrier before another entered: {times.tolist()}"
-        rec.check(f"barrier #{i}", run)
+        rec.check(f"barrier alg={alg} #{i}", run)
 
 
 # -- point to point, async, split -------------------------------------------------

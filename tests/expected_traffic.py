@@ -38,6 +38,10 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0):
         return 0, 0
     p2, role = _p2(n), _fold_role(r, n)
     fold = {"extra": (S, S), "helper": (S, S), "plain": (0, 0)}[role]
+    if call == "barrier":
+        return 0, 0
+    if alg == "direct":
+        return (n - 1) * S, (n - 1) * S
     if call == "all_reduce":
         if alg == "ring":
             x = F(2 * (n - 1), n) * S
@@ -75,8 +79,6 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0):
             return ((n - 1) * S, 0) if v == 0 else (0, S)
         sub = _lowbit_subtree(v, n)
         return (sub - 1) * S, (0 if v == 0 else sub * S)
-    if call == "barrier":
-        return 0, 0
     raise KeyError(call)
 
 

@@ -44,7 +44,7 @@ def measure(comm, call: str, alg: str, root: int):
     elif call == "scatter":
         comm.scatter(blocks if comm.rank == root else None, x, root=root, algorithm=alg)
     else:
-        comm.barrier()
+        comm.barrier(algorithm=alg)
     d = comm.traffic - before
     S = blocks.nbytes if call in ("reduce_scatter", "all_to_all") else x.nbytes
     return d.sent_bytes, d.recv_bytes, S

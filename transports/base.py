@@ -71,6 +71,23 @@ class Endpoint:
         self.waitall([self.irecv_reduce(acc, peer, op, tag)])
         return acc
 
+    def exchange(self, buf: np.ndarray) -> list[np.ndarray]:
+        """Every rank contributes ``buf`` (the same nbytes on every rank); returns
+        all N contributions in rank order, as arrays of ``buf``'s dtype that do
+        not alias ``buf`` and stay valid until this endpoint's next call.
+
+        Bytes: (N-1)*S sent and received.  Transports with shared memory
+        override this with a single copy in and direct reads.
+        """
+        n, r = self.size, self.rank
+        flat = buf.reshape(-1)
+        out = np.empty((n, flat.size), flat.dtype)
+        np.copyto(out[r], flat)
+        reqs = [self.irecv(out[p], p) for p in range(n) if p != r]
+        reqs += [self.isend(flat, p) for p in range(n) if p != r]
+        self.waitall(reqs)
+        return list(out)
+
     def sendrecv(self, sbuf: np.ndarray, dst: int, rbuf: np.ndarray, src: int) -> None:
         self.waitall([self.irecv(rbuf, src), self.isend(sbuf, dst)])
 

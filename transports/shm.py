@@ -9,6 +9,8 @@ between creation and unlink can leave a segment behind).
 Layout (all offsets 64-byte aligned)::
 
     rank block   per rank: doorbell u32 | sleeping u32 per endpoint | arrived u64
+                 | exchange sequence u64
+    exchange     per rank, two buffers of XCHG_BYTES (alternating calls)
     channels     per endpoint (coll, p2p), per ordered pair (src -> dst):
                  head u32 (sender writes) | tail u32 (receiver writes)
                  nslots x [header: tag, total, offset, nbytes (i64) | data]
@@ -56,6 +58,7 @@ def _env_int(name: str, default: int) -> int:
 # processor's own store order: x86-64 keeps stores in program order (TSO).
 SUPPORTED_MACHINES = ("x86_64", "AMD64")
 MAX_MESSAGE_BYTES = 1 << 40
+XCHG_BYTES = 32 * 1024  # the largest contribution that exchange() moves in one copy
 
 
 def supported() -> bool:
@@ -85,7 +88,9 @@ class ShmTransport(Transport):
         self.spin = _env_int("COLLECTIVES_SPIN", 20)
         n = self.size
         self._chan_bytes = _CHAN_CTRL + self.nslots * (_HDR + self.slot_bytes)
-        self._chan_base = _align(_RANK_BLOCK * n, 4096)
+        self._xchg_base = _align(_RANK_BLOCK * n, 4096)
+        self._chan_base = self._xchg_base + 2 * n * XCHG_BYTES
+        self.xchg_seq = 0
         total = _align(self._chan_base + 2 * n * n * self._chan_bytes, 4096)
         self._mm = _open_segment(mpicomm, total)
         self._mem = np.frombuffer(self._mm, dtype=np.uint8)
@@ -111,6 +116,16 @@ class ShmTransport(Transport):
 
     def arrived(self, r: int) -> int:
         return int(self._i64[(_RANK_BLOCK * r + 16) // 8])
+
+    def xchg_publish(self, seq: int) -> None:
+        self._i64[(_RANK_BLOCK * self.rank + 24) // 8] = seq
+
+    def xchg_seq_of(self, r: int) -> int:
+        return int(self._i64[(_RANK_BLOCK * r + 24) // 8])
+
+    def xchg_buffer(self, r: int, seq: int) -> np.ndarray:
+        off = self._xchg_base + (2 * r + (seq & 1)) * XCHG_BYTES
+        return self._mem[off:off + XCHG_BYTES]
 
     def sleep(self, ctx: int, seen: int, timeout: float) -> None:
         """Sleep on this rank's doorbell; a wake-up lost to a race costs at most 2 ms."""
@@ -399,25 +414,59 @@ class ShmEndpoint(Endpoint):
         pending = [r for r in reqs if not r.finished]
         if not pending:
             return
-        t = self.t
-        dl = Deadline(t.timeout)
-        spins = 0
-        while True:
-            seen = t.doorbell()
+
+        def step():
             with self.lock:
                 moved = self._progress()
-            if all(r.finished for r in pending):
+            return all(r.finished for r in pending), moved
+        self._block(step, lambda: self._waited_peers(pending), lambda: self._missing(pending))
+
+    def _block(self, step, peers, missing) -> None:
+        """Run ``step() -> (done, moved)`` until done; between fruitless steps,
+        watch the doorbell (every event that can let us progress rings it),
+        yielding the core to the ranks we wait for, then sleep on it."""
+        t = self.t
+        dl = Deadline(t.timeout)
+        while True:
+            seen = t.doorbell()
+            done, moved = step()
+            if done:
                 return
             if moved:
                 dl.progress()
-                spins = 0
                 continue
-            spins += 1
-            if spins <= t.spin:
-                continue
-            dl.check(t.liveness, lambda: self._waited_peers(pending),
-                     lambda: self._missing(pending), self.what)
-            t.sleep(self.ctx, seen, dl.remaining())
+            for _ in range(t.spin):
+                if t.doorbell() != seen:
+                    break
+                _yield()
+            else:
+                dl.check(t.liveness, peers, missing, self.what)
+                t.sleep(self.ctx, seen, dl.remaining())
+
+    def exchange(self, buf: np.ndarray) -> list[np.ndarray]:
+        """One copy into this rank's exchange buffer, then direct reads of the
+        others'.  Call k writes buffer k mod 2: a rank in call k has finished
+        call k-1, so every peer has entered k-1 and finished reading k-2."""
+        t, n, b = self.t, self.size, _bytes(buf)
+        if not self.strict or n == 1 or b.nbytes > XCHG_BYTES:
+            return super().exchange(buf)
+        t.xchg_seq = k = t.xchg_seq + 1
+        nb = b.nbytes
+        np.copyto(t.xchg_buffer(self.rank, k)[:nb], b)
+        t.xchg_publish(k)
+        peers = [p for p in range(n) if p != self.rank]
+        for p in peers:
+            t.ring(p)
+        late = peers
+
+        def step():
+            nonlocal late
+            late = [p for p in late if t.xchg_seq_of(p) < k]
+            return not late, False
+        self._block(step, lambda: peers, lambda: list(late))
+        self.sent_bytes += nb * (n - 1)
+        self.recv_bytes += nb * (n - 1)
+        return [t.xchg_buffer(p, k)[:nb].view(buf.dtype) for p in range(n)]
 
     def _waited_peers(self, pending) -> list[int]:
         if self.strict:
@@ -431,6 +480,9 @@ class ShmEndpoint(Endpoint):
             if late:
                 return late
         return sorted({r.peer for r in pending if not r.finished})
+
+
+_yield = os.sched_yield
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:
