@@ -30,12 +30,16 @@ DTYPES = tuple(np.dtype(t) for t in (
     "complex64", "complex128"))
 
 
+_BY_NAME = {o.value: o for o in Op}
+
+
 def resolve(op, dtype: np.dtype) -> Op:
     """The Op for ``op`` on ``dtype``, or a ValueError/TypeError saying why not."""
-    try:
-        o = Op(op)
-    except ValueError:
-        raise ValueError(f"op must be one of {[o.value for o in Op]}, got {op!r}") from None
+    o = _BY_NAME.get(op) if isinstance(op, str) else None
+    if o is None:
+        raise ValueError(f"op must be one of {[o.value for o in Op]}, got {op!r}")
+    if dtype.kind not in "fc" and o is not Op.AVG:
+        return o
     if o in (Op.MAX, Op.MIN) and dtype.kind == "c":
         raise TypeError(f"op={o.value!r} is not defined for complex dtype {dtype}")
     if o is Op.AVG and dtype.kind not in "fc":

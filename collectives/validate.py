@@ -12,13 +12,15 @@ import numpy as np
 
 from .ops import DTYPES
 
+_DTYPES = frozenset(DTYPES)
+
 TAG_MAX = 32767
 
 
 def array(call: str, name: str, a, *, writable: bool = False) -> np.ndarray:
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{call}: {name} must be a numpy.ndarray, got {type(a).__name__}")
-    if a.dtype not in DTYPES:
+    if a.dtype not in _DTYPES:
         raise TypeError(f"{call}: {name}.dtype {a.dtype} is not supported; expected one of "
                         f"{', '.join(str(d) for d in DTYPES)}")
     if not a.flags.c_contiguous:

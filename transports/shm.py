@@ -91,10 +91,14 @@ class ShmTransport(Transport):
         self._xchg_base = _align(_RANK_BLOCK * n, 4096)
         self._chan_base = self._xchg_base + 2 * n * XCHG_BYTES
         self.xchg_seq = 0
+        self._xchg_cache: dict = {}
         total = _align(self._chan_base + 2 * n * n * self._chan_bytes, 4096)
         self._mm = _open_segment(mpicomm, total)
         self._mem = np.frombuffer(self._mm, dtype=np.uint8)
-        self._u32 = self._mem.view(np.uint32)
+        # scalar control words through memoryviews (plain loads and stores of
+        # Python ints, cheaper than numpy scalars); numpy for slot headers
+        self._u32 = memoryview(self._mm).cast("I")
+        self._q64 = memoryview(self._mm).cast("q")
         self._i64 = self._mem.view(np.int64)
         self._addr = self._mem.ctypes.data
         self.lock = threading.Lock()
@@ -107,25 +111,34 @@ class ShmTransport(Transport):
 
     def ring(self, peer: int) -> None:
         i = self._db(peer)
-        self._u32[i] += 1
-        if self._u32[i + 1] or self._u32[i + 2]:
+        u32 = self._u32
+        u32[i] = (u32[i] + 1) & _MASK
+        if u32[i + 1] or u32[i + 2]:
             _futex.wake(self._addr + 4 * i)
 
     def set_arrived(self, seq: int) -> None:
-        self._i64[(_RANK_BLOCK * self.rank + 16) // 8] = seq
+        self._q64[(_RANK_BLOCK * self.rank + 16) // 8] = seq
 
     def arrived(self, r: int) -> int:
-        return int(self._i64[(_RANK_BLOCK * r + 16) // 8])
+        return self._q64[(_RANK_BLOCK * r + 16) // 8]
 
     def xchg_publish(self, seq: int) -> None:
-        self._i64[(_RANK_BLOCK * self.rank + 24) // 8] = seq
+        self._q64[(_RANK_BLOCK * self.rank + 24) // 8] = seq
 
     def xchg_seq_of(self, r: int) -> int:
-        return int(self._i64[(_RANK_BLOCK * r + 24) // 8])
+        return self._q64[(_RANK_BLOCK * r + 24) // 8]
 
-    def xchg_buffer(self, r: int, seq: int) -> np.ndarray:
-        off = self._xchg_base + (2 * r + (seq & 1)) * XCHG_BYTES
-        return self._mem[off:off + XCHG_BYTES]
+    def xchg_views(self, seq: int, dtype: np.dtype, nbytes: int) -> list[np.ndarray]:
+        """Every rank's exchange buffer for call ``seq``, as ``nbytes`` of ``dtype``."""
+        key = (seq & 1, dtype, nbytes)
+        views = self._xchg_cache.get(key)
+        if views is None:
+            if len(self._xchg_cache) > 64:
+                self._xchg_cache.clear()
+            base = [self._xchg_base + (2 * r + (seq & 1)) * XCHG_BYTES for r in range(self.size)]
+            views = [self._mem[b:b + nbytes].view(dtype) for b in base]
+            self._xchg_cache[key] = views
+        return views
 
     def sleep(self, ctx: int, seen: int, timeout: float) -> None:
         """Sleep on this rank's doorbell; a wake-up lost to a race costs at most 2 ms."""
@@ -135,7 +148,7 @@ class ShmTransport(Transport):
         self._u32[i + 1 + ctx] = 0
 
     def doorbell(self) -> int:
-        return int(self._u32[self._db(self.rank)])
+        return self._u32[self._db(self.rank)]
 
     # -- channels ---------------------------------------------------------
     def channel(self, ctx: int, src: int, dst: int) -> "_Channel":
@@ -145,7 +158,10 @@ class ShmTransport(Transport):
     def close(self) -> None:
         for ep in (self.coll, self.p2p):
             ep.release()
-        self._mem = self._u32 = self._i64 = None
+        self._xchg_cache.clear()
+        for mv in (self._u32, self._q64):
+            mv.release()
+        self._mem = self._u32 = self._q64 = self._i64 = None
         try:
             self._mm.close()
         except (BufferError, ValueError):
@@ -239,6 +255,7 @@ class ShmEndpoint(Endpoint):
         self.rank, self.size = t.rank, t.size
         self.out_ch = {p: t.channel(ctx, t.rank, p) for p in range(t.size) if p != t.rank}
         self.in_ch = {p: t.channel(ctx, p, t.rank) for p in range(t.size) if p != t.rank}
+        self.peers = list(self.out_ch)
         self.sendq = {p: collections.deque() for p in self.out_ch}
         self.posted = {p: collections.deque() for p in self.in_ch}
         self.unexpected = {p: collections.deque() for p in self.in_ch}
@@ -447,26 +464,27 @@ class ShmEndpoint(Endpoint):
         """One copy into this rank's exchange buffer, then direct reads of the
         others'.  Call k writes buffer k mod 2: a rank in call k has finished
         call k-1, so every peer has entered k-1 and finished reading k-2."""
-        t, n, b = self.t, self.size, _bytes(buf)
-        if not self.strict or n == 1 or b.nbytes > XCHG_BYTES:
+        t, n, nb = self.t, self.size, buf.nbytes
+        if not self.strict or n == 1 or nb > XCHG_BYTES:
             return super().exchange(buf)
         t.xchg_seq = k = t.xchg_seq + 1
-        nb = b.nbytes
-        np.copyto(t.xchg_buffer(self.rank, k)[:nb], b)
+        views = t.xchg_views(k, buf.dtype, nb)
+        np.copyto(views[self.rank], buf.reshape(-1))
         t.xchg_publish(k)
-        peers = [p for p in range(n) if p != self.rank]
+        peers = self.peers
         for p in peers:
             t.ring(p)
-        late = peers
-
-        def step():
-            nonlocal late
-            late = [p for p in late if t.xchg_seq_of(p) < k]
-            return not late, False
-        self._block(step, lambda: peers, lambda: list(late))
+        seq_of = t.xchg_seq_of
+        late = [p for p in peers if seq_of(p) < k]
+        if late:
+            def step():
+                nonlocal late
+                late = [p for p in late if seq_of(p) < k]
+                return not late, False
+            self._block(step, lambda: peers, lambda: list(late))
         self.sent_bytes += nb * (n - 1)
         self.recv_bytes += nb * (n - 1)
-        return [t.xchg_buffer(p, k)[:nb].view(buf.dtype) for p in range(n)]
+        return views
 
     def _waited_peers(self, pending) -> list[int]:
         if self.strict:
