@@ -76,15 +76,7 @@ def halving_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
     _fold_in(ep, f, buf, op)
     if not f.extra:
         b = block_bounds(buf.size, f.p2)
-        lo, hi = 0, f.p2
-        mask = f.p2 >> 1
-        while mask:
-            peer = f.real(f.new ^ mask)
-            mid = (lo + hi) // 2
-            (klo, khi), (glo, ghi) = ((mid, hi), (lo, mid)) if f.new & mask else ((lo, mid), (mid, hi))
-            ep.sendrecv_reduce(buf[b[glo]:b[ghi]], peer, buf[b[klo]:b[khi]], peer, op)
-            lo, hi = klo, khi
-            mask >>= 1
+        lo, hi = _ring.halving(ep, f, buf, b.__getitem__, op)
         mask = 1
         while mask < f.p2:
             peer = f.real(f.new ^ mask)

@@ -140,6 +140,8 @@ class Communicator:
     def _pick(self, call: str, algorithm, nbytes: int):
         table, choose = _FAMILIES[call]
         name = v.algorithm(call, algorithm, table) or choose(nbytes, self.size)
+        if nbytes == 0 and call != "barrier":
+            return _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
         return table[name]
 
     def _run(self, call: str, body: Callable[[Any], Any], async_op: bool):
@@ -160,6 +162,15 @@ class Communicator:
                 self._broken = e
                 raise
         return self._exec.submit(task, call, bool(async_op))
+
+    def _result(self, c: str, x: np.ndarray, out, shape: tuple, what: str,
+                in_place_ok: bool) -> tuple[np.ndarray, bool]:
+        """The array the result goes into: a new one, or the caller's checked
+        ``out``; and whether that is ``x`` itself (in place)."""
+        if out is None:
+            return np.empty(shape, x.dtype), False
+        v.out(c, out, shape, x.dtype, what)
+        return out, v.no_overlap(c, x, out, in_place_ok)
 
     def _avg(self, op: Op, arr: np.ndarray) -> None:
         if op is Op.AVG and arr.size:
@@ -214,11 +225,7 @@ class Communicator:
         root = v.rank(c, "root", root, self.size)
         shape = (self.size, *x.shape)
         if self.rank == root:
-            if out is None:
-                out = np.empty(shape, x.dtype)
-            else:
-                v.out(c, out, shape, x.dtype, "(size, *x.shape)")
-                v.no_overlap(c, x, out, in_place_ok=False)
+            out, _ = self._result(c, x, out, shape, "(size, *x.shape)", in_place_ok=False)
         else:
             out = None
         alg = self._pick(c, algorithm, x.nbytes)
@@ -239,11 +246,7 @@ class Communicator:
         root = v.rank(c, "root", root, self.size)
         in_place = False
         if self.rank == root:
-            if out is None:
-                out = np.empty_like(x)
-            else:
-                v.out(c, out, x.shape, x.dtype, "the shape of x")
-                in_place = v.no_overlap(c, x, out, in_place_ok=True)
+            out, in_place = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
         else:
             out = None
         alg = self._pick(c, algorithm, x.nbytes)
@@ -264,12 +267,8 @@ class Communicator:
         c = "all_gather"
         self._open(c)
         v.array(c, "x", x)
-        shape = (self.size, *x.shape)
-        if out is None:
-            out = np.empty(shape, x.dtype)
-        else:
-            v.out(c, out, shape, x.dtype, "(size, *x.shape)")
-            v.no_overlap(c, x, out, in_place_ok=False)
+        out, _ = self._result(c, x, out, (self.size, *x.shape), "(size, *x.shape)",
+                              in_place_ok=False)
         alg = self._pick(c, algorithm, x.nbytes)
         xf, of = x.reshape(-1), out.reshape(-1)
 
@@ -286,11 +285,7 @@ class Communicator:
         v.array(c, "x", x)
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
-        if out is None:
-            out = np.empty(x.shape[1:], x.dtype)
-        else:
-            v.out(c, out, x.shape[1:], x.dtype, "x.shape[1:]")
-            v.no_overlap(c, x, out, in_place_ok=False)
+        out, _ = self._result(c, x, out, x.shape[1:], "x.shape[1:]", in_place_ok=False)
         alg = self._pick(c, algorithm, x.nbytes)
         xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
 
@@ -307,11 +302,7 @@ class Communicator:
         self._open(c)
         v.array(c, "x", x)
         v.leading_size(c, x, self.size)
-        if out is None:
-            out = np.empty_like(x)
-        else:
-            v.out(c, out, x.shape, x.dtype, "the shape of x")
-            v.no_overlap(c, x, out, in_place_ok=True)
+        out, _ = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
         alg = self._pick(c, algorithm, x.nbytes)
         xf, of = x.reshape(-1), out.reshape(-1)
 
@@ -327,12 +318,7 @@ class Communicator:
         self._open(c)
         v.array(c, "x", x)
         o = resolve(op, x.dtype)
-        if out is None:
-            out = np.empty_like(x)
-            in_place = False
-        else:
-            v.out(c, out, x.shape, x.dtype, "the shape of x")
-            in_place = v.no_overlap(c, x, out, in_place_ok=True)
+        out, in_place = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
         alg = self._pick(c, algorithm, x.nbytes)
         xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
 
@@ -437,6 +423,10 @@ class Communicator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _nothing(*args) -> None:
+    """The algorithm of a collective whose payload is empty."""
 
 
 class _P2PWork(Work):

@@ -49,15 +49,7 @@ def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     def start(g: int) -> int:  # first element of group g
         return (2 * g if g <= f.rem else g + f.rem) * m
 
-    lo, hi = 0, f.p2
-    mask = f.p2 >> 1
-    while mask:
-        peer = f.real(f.new ^ mask)
-        mid = (lo + hi) // 2
-        (klo, khi), (glo, ghi) = ((mid, hi), (lo, mid)) if f.new & mask else ((lo, mid), (mid, hi))
-        ep.sendrecv_reduce(acc[start(glo):start(ghi)], peer, acc[start(klo):start(khi)], peer, op)
-        lo, hi = klo, khi
-        mask >>= 1
+    _ring.halving(ep, f, acc, start, op)
     if f.helper:
         ep.send(acc[(r - 1) * m:r * m], r - 1)
     np.copyto(out, acc[r * m:(r + 1) * m])
