@@ -71,7 +71,12 @@ def init(transport: str = "auto", timeout: float | None = None) -> "Communicator
     if transport not in KINDS:
         raise ValueError(f"init: transport must be one of {KINDS}, got {transport!r}")
     if timeout is None:
-        timeout = float(os.environ.get("COLLECTIVES_TIMEOUT", DEFAULT_TIMEOUT))
+        env = os.environ.get("COLLECTIVES_TIMEOUT") or str(DEFAULT_TIMEOUT)
+        try:
+            timeout = float(env)
+        except ValueError:
+            raise ValueError(f"init: COLLECTIVES_TIMEOUT must be a number of seconds, "
+                             f"got {env!r}") from None
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
         raise ValueError(f"init: timeout must be a positive number of seconds, got {timeout!r}")
     from mpi4py import MPI

@@ -11,6 +11,9 @@ from launch import run_mpi
 
 WORLD_SIZES = list(range(1, 9))
 TRANSPORTS = ["shm", "mpi"]
+# shm with its rendezvous (process_vm_readv) path on for messages of 4 KiB and up
+CMA = "shm+cma"
+CMA_ENV = {"COLLECTIVES_SHM_CMA_BYTES": "4096"}
 
 _cache: dict = {}
 
@@ -20,8 +23,9 @@ def conformance_results(n: int, transport: str) -> dict:
     key = (n, transport)
     if key not in _cache:
         with tempfile.TemporaryDirectory() as d:
-            p = run_mpi(n, ["tests/conformance.py", transport, d], timeout=600,
-                        COLLECTIVES_TIMEOUT="20")
+            env = CMA_ENV if transport == CMA else {}
+            p = run_mpi(n, ["tests/conformance.py", transport.split("+")[0], d], timeout=600,
+                        COLLECTIVES_TIMEOUT="20", **env)
             merged: dict = {}
             for r in range(n):
                 path = os.path.join(d, f"rank{r}.json")

@@ -7,7 +7,7 @@ mode of each call); each test below checks one family of one job.
 import pytest
 
 from conformance import FAMILIES
-from conftest import TRANSPORTS, WORLD_SIZES, check_family
+from conftest import CMA, TRANSPORTS, WORLD_SIZES, check_family
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -15,3 +15,10 @@ from conftest import TRANSPORTS, WORLD_SIZES, check_family
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_family(conformance, n, transport, family):
     check_family(conformance(n, transport), family)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_family_shm_rendezvous(conformance, n, family):
+    """The same cases with shm's single-copy rendezvous on from 4 KiB."""
+    check_family(conformance(n, CMA), family)

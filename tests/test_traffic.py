@@ -10,11 +10,12 @@ from launch import run_mpi
 
 
 @pytest.mark.parametrize("transport,n", [("shm", n) for n in range(1, 9)] +
-                         [("mpi", 3), ("mpi", 4)])
+                         [("mpi", 3), ("mpi", 4), ("shm+cma", 3)])
 def test_bytes_per_algorithm(transport, n):
+    env = {"COLLECTIVES_SHM_CMA_BYTES": "4096"} if transport == "shm+cma" else {}
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "traffic.json")
-        p = run_mpi(n, ["tests/traffic.py", transport, out], timeout=300)
+        p = run_mpi(n, ["tests/traffic.py", transport.split("+")[0], out], timeout=300, **env)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
         with open(out) as f:
             res = json.load(f)

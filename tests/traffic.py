@@ -76,6 +76,26 @@ def main(transport: str, out: str) -> None:
                         if want is not None and (s, q) != tuple(want):
                             fails.append(f"{tag} rank {rank}: sent/recv {(s, q)}, "
                                          f"expected {tuple(float(w) for w in want)}")
+        big = np.ones(840 * 1024, np.float32)  # blocks past the shm rendezvous size
+        for call, alg in [("all_reduce", a) for a in comm.algorithms("all_reduce")] + \
+                [("all_gather", "ring"), ("broadcast", "chain")]:
+            before = comm.traffic
+            if call == "all_reduce":
+                comm.all_reduce(big, algorithm=alg)
+            elif call == "all_gather":
+                comm.all_gather(big[:big.size // n], algorithm=alg)
+            else:
+                comm.broadcast(big, algorithm=alg)
+            d = comm.traffic - before
+            S = big.nbytes if call != "all_gather" else big[:big.size // n].nbytes
+            rows = world.allgather((d.sent_bytes, d.recv_bytes))
+            if r == 0:
+                checked += 1
+                for rank, (s, q) in enumerate(rows):
+                    want = expected(call, alg, rank, n, S, 0)
+                    if (s, q) != tuple(want):
+                        fails.append(f"large {call} alg={alg} n={n} rank {rank}: sent/recv "
+                                     f"{(s, q)}, expected {tuple(float(w) for w in want)}")
         for count in (1, 7, 3 * n + 1, 1001):
             x = np.ones(count, np.float32)
             before = comm.traffic

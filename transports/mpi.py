@@ -4,8 +4,8 @@ Each endpoint owns a duplicate of the communicator's MPI communicator, so
 collectives and the user's messages never match each other's receives.
 Waits poll ``Test`` on each pending request, yielding the core between polls
 and backing off to short sleeps when nothing moves, so that a deadline and
-the liveness of local peers can be checked.  One lock per transport
-serialises the MPI calls of the collective worker and the caller's thread,
+the liveness of local peers can be checked.  One lock per process
+serialises the MPI calls of the collective workers and the caller's thread,
 so a library that grants less than MPI_THREAD_MULTIPLE is safe too.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .base import Deadline, Endpoint, Reducer, Request, Transport
 from .errors import CollectiveError, PeerFailure
 
 TAG_UB = 32767  # the least upper bound on tags that MPI guarantees
+_MPI_LOCK = threading.Lock()  # one per process: every communicator's worker shares it
 
 
 class MpiTransport(Transport):
@@ -29,7 +30,7 @@ class MpiTransport(Transport):
 
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
-        self.lock = threading.Lock()
+        self.lock = _MPI_LOCK
         self.coll = MpiEndpoint(self, mpicomm.Dup(), "collective")
         self.p2p = MpiEndpoint(self, mpicomm.Dup(), "send/recv")
 

@@ -9,11 +9,12 @@ between creation and unlink can leave a segment behind).
 Layout (all offsets 64-byte aligned)::
 
     rank block   per rank: doorbell u32 | sleeping u32 per endpoint | arrived u64
-                 | exchange sequence u64
+                 | exchange sequence u64 | per buffer: bytes, call (u64)
     exchange     per rank, two buffers of XCHG_BYTES (alternating calls)
     channels     per endpoint (coll, p2p), per ordered pair (src -> dst):
                  head u32 (sender writes) | tail u32 (receiver writes)
-                 nslots x [header: tag, total, offset, nbytes (i64) | data]
+                              | acked u32 (receiver: rendezvous messages read)
+                 nslots x [header: tag, total, offset, nbytes, kind (i64) | data]
 
 A message is cut into slot-sized chunks.  The sender copies a chunk into a
 free slot and bumps ``head``; the receiver copies (or reduces) it out and
@@ -32,14 +33,15 @@ import mmap
 import os
 import platform
 import secrets
+import sys
 import threading
 from typing import Iterable
 
 import numpy as np
 
-from . import _futex
+from . import _cma, _futex
 from .base import Deadline, Endpoint, Reducer, Request, Transport
-from .errors import CollectiveError
+from .errors import CollectiveError, PeerFailure
 
 SHM_DIR = "/dev/shm"
 SHM_PREFIX = "collectives-"
@@ -62,17 +64,21 @@ XCHG_BYTES = 32 * 1024  # the largest contribution that exchange() moves in one 
 
 
 def supported() -> bool:
-    return platform.machine() in SUPPORTED_MACHINES and _futex.available
+    return (sys.platform.startswith("linux") and platform.machine() in SUPPORTED_MACHINES
+            and _futex.available)
 
 
-def _settings() -> tuple[int, int]:
+def _settings() -> tuple[int, int, int]:
     slot_bytes = _env_int("COLLECTIVES_SHM_SLOT_BYTES", 256 * 1024)
     nslots = _env_int("COLLECTIVES_SHM_SLOTS", 4)
+    # off by default: on the 2-core VM this was measured on, process_vm_readv
+    # moved 4 MiB 1.6x slower than two slot copies (docs/performance.md)
+    cma_bytes = _env_int("COLLECTIVES_SHM_CMA_BYTES", 0)
     if slot_bytes % 64 or slot_bytes <= 0:
         raise ValueError("COLLECTIVES_SHM_SLOT_BYTES must be a positive multiple of 64")
     if nslots < 1 or nslots & (nslots - 1):
         raise ValueError("COLLECTIVES_SHM_SLOTS must be a power of two")
-    return slot_bytes, nslots
+    return slot_bytes, nslots, max(0, cma_bytes)
 
 
 class ShmTransport(Transport):
@@ -84,7 +90,19 @@ class ShmTransport(Transport):
             raise ValueError(f"transport='shm' needs an x86-64 Linux host (this is "
                              f"{platform.machine()}); use transport='mpi'")
         # rank 0's settings hold for all: the layout must be the same everywhere
-        self.slot_bytes, self.nslots = mpicomm.bcast(_settings() if self.rank == 0 else None)
+        settings = None
+        if self.rank == 0:
+            try:
+                settings = _settings()
+            except ValueError as e:
+                settings = str(e)
+        settings = mpicomm.bcast(settings)
+        if isinstance(settings, str):  # every rank raises rank 0's complaint
+            raise ValueError(settings)
+        self.slot_bytes, self.nslots, cma_bytes = settings
+        # messages of cma_bytes and more go by rendezvous: the receiver copies
+        # them straight out of the sender's buffer (one copy instead of two)
+        self.cma_bytes = cma_bytes if cma_bytes and _cma.works_between(mpicomm) else 0
         self.spin = _env_int("COLLECTIVES_SPIN", 20)
         n = self.size
         self._chan_bytes = _CHAN_CTRL + self.nslots * (_HDR + self.slot_bytes)
@@ -101,7 +119,6 @@ class ShmTransport(Transport):
         self._q64 = memoryview(self._mm).cast("q")
         self._i64 = self._mem.view(np.int64)
         self._addr = self._mem.ctypes.data
-        self.lock = threading.Lock()
         self.coll = ShmEndpoint(self, 0, strict=True)
         self.p2p = ShmEndpoint(self, 1, strict=False)
 
@@ -122,8 +139,16 @@ class ShmTransport(Transport):
     def arrived(self, r: int) -> int:
         return self._q64[(_RANK_BLOCK * r + 16) // 8]
 
-    def xchg_publish(self, seq: int) -> None:
-        self._q64[(_RANK_BLOCK * self.rank + 24) // 8] = seq
+    def xchg_publish(self, seq: int, nbytes: int, tag: int) -> None:
+        """Publish this rank's contribution to exchange ``seq``: its size and call
+        (kept per buffer, like the data) first, then the sequence number."""
+        q, i = self._q64, (_RANK_BLOCK * self.rank) // 8 + 4 + 2 * (seq & 1)
+        q[i], q[i + 1] = nbytes, tag
+        q[i - 1 - 2 * (seq & 1)] = seq
+
+    def xchg_meta(self, r: int, seq: int) -> tuple[int, int]:
+        i = (_RANK_BLOCK * r) // 8 + 4 + 2 * (seq & 1)
+        return self._q64[i], self._q64[i + 1]
 
     def xchg_seq_of(self, r: int) -> int:
         return self._q64[(_RANK_BLOCK * r + 24) // 8]
@@ -171,27 +196,33 @@ class ShmTransport(Transport):
 class _Channel:
     """One direction between one pair: head, tail and the slots."""
 
-    __slots__ = ("head", "tail", "hdr", "data", "nslots", "slot_bytes")
+    __slots__ = ("head", "tail", "acked", "hdr", "data", "nslots", "slot_bytes")
 
     def __init__(self, t: ShmTransport, off: int):
         self.head = off // 4
         self.tail = (off + 64) // 4
+        self.acked = (off + 96) // 4
         self.nslots, self.slot_bytes = t.nslots, t.slot_bytes
         base = off + _CHAN_CTRL
         step = _HDR + t.slot_bytes
-        self.hdr = [t._i64[(base + k * step) // 8:(base + k * step) // 8 + 4]
+        self.hdr = [t._i64[(base + k * step) // 8:(base + k * step) // 8 + 5]
                     for k in range(t.nslots)]
         self.data = [t._mem[base + k * step + _HDR:base + (k + 1) * step]
                      for k in range(t.nslots)]
 
 
+EAGER, RENDEZVOUS = 0, 1  # slot kinds: data in the slot / (pid, address) of the data
+
+
 class _Send(Request):
-    __slots__ = ("ep", "peer", "data", "tag", "off", "chunks", "finished")
+    __slots__ = ("ep", "peer", "data", "tag", "off", "chunks", "finished", "rndv", "target")
 
     def __init__(self, ep, peer, data, tag):
         self.ep, self.peer, self.data, self.tag = ep, peer, data, tag
         self.off = 0
-        self.chunks = max(1, -(-data.nbytes // ep.t.slot_bytes))
+        self.rndv = 0 < ep.t.cma_bytes <= data.nbytes
+        self.chunks = 1 if self.rndv else max(1, -(-data.nbytes // ep.t.slot_bytes))
+        self.target = 0  # the acked count that completes a rendezvous send
         self.finished = False
 
     def wait(self) -> None:
@@ -226,6 +257,18 @@ class _Recv(Request):
             self.op(a, chunk.view(self.acc.dtype), out=a)
         self.off += n
 
+    def read_remote(self, pid: int, addr: int, scratch: np.ndarray) -> None:
+        """Copy the whole message out of the sender's memory (rendezvous)."""
+        if self.op is None:
+            _cma.read(pid, addr, self.out)
+            self.off = self.total
+            return
+        step = scratch.nbytes  # reduce chunk by chunk through a cache-sized buffer
+        while self.off < self.total:
+            n = min(step, self.total - self.off)
+            _cma.read(pid, addr + self.off, scratch[:n])
+            self.consume(scratch[:n])
+
     def wait(self) -> None:
         self.ep.waitall([self])
 
@@ -248,6 +291,10 @@ class _Unexpected:
         np.copyto(self.buf[self.off:self.off + chunk.nbytes], chunk)
         self.off += chunk.nbytes
 
+    def read_remote(self, pid: int, addr: int, scratch: np.ndarray) -> None:
+        _cma.read(pid, addr, self.buf)
+        self.off = self.total
+
 
 class ShmEndpoint(Endpoint):
     def __init__(self, t: ShmTransport, ctx: int, strict: bool):
@@ -257,6 +304,9 @@ class ShmEndpoint(Endpoint):
         self.in_ch = {p: t.channel(ctx, p, t.rank) for p in range(t.size) if p != t.rank}
         self.peers = list(self.out_ch)
         self.sendq = {p: collections.deque() for p in self.out_ch}
+        self.unacked = {p: collections.deque() for p in self.out_ch}  # rendezvous sends
+        self.rts_sent = dict.fromkeys(self.out_ch, 0)
+        self.scratch = np.empty(256 * 1024, np.uint8)
         self.posted = {p: collections.deque() for p in self.in_ch}
         self.unexpected = {p: collections.deque() for p in self.in_ch}
         self.incoming = dict.fromkeys(self.in_ch)
@@ -317,22 +367,42 @@ class ShmEndpoint(Endpoint):
         while q and free > 0:
             s = q[0]
             k = head & (ch.nslots - 1)
-            n = min(ch.slot_bytes, s.data.nbytes - s.off)
-            if n:
-                np.copyto(ch.data[k][:n], s.data[s.off:s.off + n])
-            ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n)
+            if s.rndv:
+                ch.data[k][:16].view(np.int64)[:] = (os.getpid(), s.data.ctypes.data)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, 0, 16, RENDEZVOUS)
+            else:
+                n = min(ch.slot_bytes, s.data.nbytes - s.off)
+                if n:
+                    np.copyto(ch.data[k][:n], s.data[s.off:s.off + n])
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EAGER)
+                s.off += n
             head = (head + 1) & _MASK
             u32[ch.head] = head
-            s.off += n
             s.chunks -= 1
             free -= 1
             moved = True
             if s.chunks == 0:
-                s.finished = True
-                self.sent_bytes += s.data.nbytes
                 q.popleft()
+                if s.rndv:  # done once the receiver has read it: see _acked
+                    self.rts_sent[peer] = s.target = (self.rts_sent[peer] + 1) & _MASK
+                    self.unacked[peer].append(s)
+                else:
+                    s.finished = True
+                    self.sent_bytes += s.data.nbytes
         if moved:
             self.t.ring(peer)
+        return moved
+
+    def _acked(self, peer: int) -> bool:
+        """Complete the rendezvous sends that the receiver has finished reading."""
+        q = self.unacked[peer]
+        acked = self.t._u32[self.out_ch[peer].acked]
+        moved = False
+        while q and ((acked - q[0].target) & _MASK) < (1 << 31):
+            s = q.popleft()
+            s.finished = True
+            self.sent_bytes += s.data.nbytes
+            moved = True
         return moved
 
     def _pull(self, peer: int) -> bool:
@@ -346,7 +416,7 @@ class ShmEndpoint(Endpoint):
         moved = False
         while head != tail:
             k = tail & (ch.nslots - 1)
-            tag, total, off, n = ch.hdr[k].tolist()
+            tag, total, off, n, kind = ch.hdr[k].tolist()
             cur = self.incoming[peer]
             if cur is None:
                 if off != 0:
@@ -355,11 +425,16 @@ class ShmEndpoint(Endpoint):
                 if cur is None:
                     break  # collective data waits in its slot for its receive
                 self.incoming[peer] = cur
-            if not (off == cur.off and n == min(ch.slot_bytes, total - off)
-                    and total == cur.total and tag == cur.tag):
-                raise self._corrupt(peer, f"chunk (tag {tag}, {total} bytes, offset {off}, "
-                                          f"{n} bytes) does not continue the message")
-            cur.consume(ch.data[k][:n])
+            if kind == RENDEZVOUS and off == 0 and n == 16 and total == cur.total \
+                    and tag == cur.tag:
+                self._read_remote(peer, cur, ch.data[k][:16].view(np.int64).tolist())
+                u32[ch.acked] = (u32[ch.acked] + 1) & _MASK
+            elif kind == EAGER and off == cur.off and n == min(ch.slot_bytes, total - off) \
+                    and total == cur.total and tag == cur.tag:
+                cur.consume(ch.data[k][:n])
+            else:
+                raise self._corrupt(peer, f"slot (kind {kind}, tag {tag}, {total} bytes, "
+                                          f"offset {off}, {n} bytes) does not continue the message")
             tail = (tail + 1) & _MASK
             u32[ch.tail] = tail
             moved = True
@@ -375,6 +450,19 @@ class ShmEndpoint(Endpoint):
         if moved:
             self.t.ring(peer)
         return moved
+
+    def _read_remote(self, peer: int, cur, where: list) -> None:
+        pid, addr = where
+        if pid != self.t.liveness.pids[peer]:
+            raise self._corrupt(peer, f"rendezvous names process {pid}, not rank {peer}'s")
+        try:
+            cur.read_remote(pid, addr, self.scratch)
+        except OSError as e:
+            if self.t.liveness.dead([peer]):
+                raise PeerFailure(f"rank(s) [{peer}] died during {self.what}",
+                                  ranks=[peer]) from None
+            raise CollectiveError(f"reading rank {peer}'s message failed: {e}",
+                                  ranks=[peer]) from None
 
     def _match(self, peer: int, tag: int, total: int):
         posted = self.posted[peer]
@@ -417,6 +505,8 @@ class ShmEndpoint(Endpoint):
         for p in self.out_ch:
             if self.sendq[p]:
                 moved |= self._push(p)
+            if self.unacked[p]:
+                moved |= self._acked(p)
         for p in self.in_ch:
             if self.posted[p] or not self.strict:
                 moved |= self._pull(p)
@@ -452,12 +542,12 @@ class ShmEndpoint(Endpoint):
             if moved:
                 dl.progress()
                 continue
+            dl.check(t.liveness, peers, missing, self.what)  # rate-limited inside
             for _ in range(t.spin):
                 if t.doorbell() != seen:
                     break
                 _yield()
             else:
-                dl.check(t.liveness, peers, missing, self.what)
                 t.sleep(self.ctx, seen, dl.remaining())
 
     def exchange(self, buf: np.ndarray) -> list[np.ndarray]:
@@ -470,7 +560,7 @@ class ShmEndpoint(Endpoint):
         t.xchg_seq = k = t.xchg_seq + 1
         views = t.xchg_views(k, buf.dtype, nb)
         np.copyto(views[self.rank], buf.reshape(-1))
-        t.xchg_publish(k)
+        t.xchg_publish(k, nb, self.tag)
         peers = self.peers
         for p in peers:
             t.ring(p)
@@ -482,6 +572,13 @@ class ShmEndpoint(Endpoint):
                 late = [p for p in late if seq_of(p) < k]
                 return not late, False
             self._block(step, lambda: peers, lambda: list(late))
+        for p in peers:
+            if t.xchg_meta(p, k) != (nb, self.tag):
+                got, tag = t.xchg_meta(p, k)
+                raise CollectiveError(
+                    f"mismatched collectives: rank {p} contributed {got} bytes to call #{tag} "
+                    f"where rank {self.rank} contributed {nb} bytes to call #{self.tag}",
+                    ranks=[p])
         self.sent_bytes += nb * (n - 1)
         self.recv_bytes += nb * (n - 1)
         return views
