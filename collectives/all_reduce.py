@@ -92,10 +92,11 @@ ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling,
 
 
 def choose(nbytes: int, size: int) -> str:
-    """Latency-bound sizes take the fewest rounds; large ones the fewest bytes."""
-    if nbytes <= 4 * 1024:
+    """Latency-bound sizes take the fewest rounds; large ones the fewest bytes.
+    Switch points from docs/performance.md's sweep (N = 4, shm)."""
+    if nbytes <= 32 * 1024:  # one round through the exchange buffers
         return "direct"
-    if nbytes <= 16 * 1024 or size <= 2 and nbytes <= 64 * 1024:
+    if nbytes <= 128 * 1024:
         return "recursive_doubling"
     if nbytes <= 512 * 1024 and size & (size - 1) == 0:
         return "halving_doubling"
