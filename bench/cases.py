@@ -90,6 +90,14 @@ class Case:
     def mpi_reduce_op(self):
         return mpi_op(self.op)
 
+    def mpi_reducing(self, fn) -> Optional[Call]:
+        """MPI's reducing call ``fn(x, mout, op=...)``, or None for an op MPI lacks."""
+        mop = self.mpi_reduce_op()
+        if mop is None:
+            return None
+        x, out = self.x, self.mout
+        return lambda: fn(x, out, op=mop)
+
 
 class AllReduce(Case):
     name, factor_kind, reducing = "all_reduce", "allreduce", True
@@ -104,11 +112,7 @@ class AllReduce(Case):
         return lambda: c.all_reduce(x, out, op=op, algorithm=algorithm)
 
     def mpi(self):
-        mop = self.mpi_reduce_op()
-        if mop is None:
-            return None
-        mc, x, out = self.mpicomm, self.x, self.mout
-        return lambda: mc.Allreduce(x, out, op=mop)
+        return self.mpi_reducing(self.mpicomm.Allreduce)
 
     def reset(self) -> None:
         self.out.fill(_SENTINEL)
@@ -213,11 +217,7 @@ class ReduceScatter(Case):
         return lambda: c.reduce_scatter(x, out, op=op, algorithm=algorithm)
 
     def mpi(self):
-        mop = self.mpi_reduce_op()
-        if mop is None:
-            return None
-        mc, x, out = self.mpicomm, self.x, self.mout
-        return lambda: mc.Reduce_scatter_block(x, out, op=mop)
+        return self.mpi_reducing(self.mpicomm.Reduce_scatter_block)
 
     def reset(self) -> None:
         self.out.fill(_SENTINEL)
