@@ -272,8 +272,11 @@ class Communicator:
         c = "all_gather"
         self._open(c)
         v.array(c, "x", x)
-        out, _ = self._result(c, x, out, (self.size, *x.shape), "(size, *x.shape)",
-                              in_place_ok=False)
+        if out is None:
+            out = np.empty((self.size, *x.shape), x.dtype)
+        else:  # x may be out[rank] (in place)
+            v.out(c, out, (self.size, *x.shape), x.dtype, "(size, *x.shape)")
+            v.block_in_place(c, out, x, self.rank)
         alg = self._pick(c, algorithm, x.nbytes)
         xf, of = x.reshape(-1), out.reshape(-1)
 
@@ -290,7 +293,11 @@ class Communicator:
         v.array(c, "x", x)
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
-        out, _ = self._result(c, x, out, x.shape[1:], "x.shape[1:]", in_place_ok=False)
+        if out is None:
+            out = np.empty(x.shape[1:], x.dtype)
+        else:  # out may be x[rank] (in place)
+            v.out(c, out, x.shape[1:], x.dtype, "x.shape[1:]")
+            v.block_in_place(c, x, out, self.rank)
         alg = self._pick(c, algorithm, x.nbytes)
         xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
 

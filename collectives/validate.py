@@ -54,6 +54,17 @@ def no_overlap(call: str, x: np.ndarray, o: np.ndarray, in_place_ok: bool) -> bo
     return True
 
 
+def block_in_place(call: str, whole: np.ndarray, part: np.ndarray, rank: int) -> None:
+    """Allow ``part`` to overlap ``whole`` only as exactly block ``rank`` of it
+    (MPI_IN_PLACE for all_gather and reduce_scatter); ValueError otherwise."""
+    if not np.may_share_memory(whole, part):
+        return
+    base = whole.__array_interface__["data"][0] + rank * part.nbytes
+    if part.__array_interface__["data"][0] != base:  # shapes are already checked
+        raise ValueError(f"{call}: x and out overlap; they may share memory only as "
+                         f"block {rank} (this rank's) of the larger one, for in place")
+
+
 def integer(call: str, name: str, v) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{call}: {name} must be an int, got {type(v).__name__}")

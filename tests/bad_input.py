@@ -47,6 +47,14 @@ def cases(comm):
     yield "all_to_all leading dim", lambda: comm.all_to_all(np.ones(n + 1)), ValueError, ["x", "size"]
     yield "all_gather out shape", lambda: comm.all_gather(x, out=np.ones((n, 5))), ValueError, ["out", "shape"]
     yield "all_gather out is x", lambda: comm.all_gather(x, out=x), ValueError, ["out"]
+    ag = np.ones((n + 1, 2))  # overlaps that are not this rank's block: not in place
+    skew = ag.reshape(-1)[1:3]
+    yield "all_gather skewed overlap", lambda: comm.all_gather(skew, out=ag[:n]), ValueError, ["overlap", "block"]
+    yield "reduce_scatter skewed overlap", lambda: comm.reduce_scatter(ag[:n], out=skew), ValueError, ["overlap", "block"]
+    if n > 1:
+        other = 1 + (comm.rank + 1) % n
+        yield "all_gather wrong block", lambda: comm.all_gather(ag[other], out=ag[1:]), ValueError, ["overlap", "block"]
+        yield "reduce_scatter wrong block", lambda: comm.reduce_scatter(ag[1:], out=ag[other]), ValueError, ["overlap", "block"]
     yield "scatter without out", lambda: comm.scatter(blocks, None), TypeError, ["out"]
     yield "send to self", lambda: comm.send(x, comm.rank), ValueError, ["dst", "this rank"]
     yield "send out of range", lambda: comm.send(x, n), ValueError, ["dst"]

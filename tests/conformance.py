@@ -135,14 +135,18 @@ def fam_reduce_scatter(comm, rec):
         cases += [(dt, "sum", (n, *shape_of(c))) for c in counts(n) for dt in ("float32", "uint8")]
         cases += [("float32", "sum", (n, BIG // n + 1))]
         for i, (dt, op, shp) in enumerate(cases):
-            mode = ("new", "out")[i % 2]
+            mode = MODES[i % 3]
             seed = i * 13 + len(alg)
             x = make(dt, shp, r, seed, op)
             want = reduce_ref(stack(dt, shp, n, seed, op), op, n)[r]
 
             def run(x=x, mode=mode, op=op, want=want):
                 x0 = x.copy()
-                if mode == "out":
+                if mode == "inplace":  # out is this rank's block of x
+                    got = comm.reduce_scatter(x, out=x[r], op=op, algorithm=alg)
+                    assert got.base is x or got.base is x.base
+                    x0[r] = x[r]
+                elif mode == "out":
                     o = np.zeros(x.shape[1:], x.dtype)
                     got = comm.reduce_scatter(x, out=o, op=op, algorithm=alg)
                     assert got is o
@@ -181,14 +185,19 @@ def fam_all_gather(comm, rec):
                                                  for dt in ("float64", "int32")]
         cases += [("float32", (BIG // n + 1,))]
         for i, (dt, shp) in enumerate(cases):
-            mode = ("new", "out")[i % 2]
+            mode = MODES[i % 3]
             seed = i * 5 + len(alg)
             x = make(dt, shp, r, seed)
             want = stack(dt, shp, n, seed)
 
             def run(x=x, mode=mode, want=want):
                 x0 = x.copy()
-                if mode == "out":
+                if mode == "inplace":  # x is this rank's block of out
+                    o = np.zeros((n, *x.shape), x.dtype)
+                    o[r] = x
+                    got = comm.all_gather(o[r], out=o, algorithm=alg)
+                    assert got is o
+                elif mode == "out":
                     o = np.zeros((n, *x.shape), x.dtype)
                     got = comm.all_gather(x, out=o, algorithm=alg)
                     assert got is o
