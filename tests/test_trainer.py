@@ -1,0 +1,122 @@
+"""The trainer: every strategy equals one rank's training, and its measured
+traffic and model-state memory equal the formulas up to padding."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from launch import ROOT, mpi_env, run_mpi
+from trainer import claims
+
+B = 2  # fp16 bytes per element
+
+
+@pytest.fixture(scope="module", params=[(2, "shm"), (3, "shm"), (4, "shm"), (3, "mpi")],
+                ids=lambda p: f"{p[1]}-{p[0]}")
+def checks(request, tmp_path_factory):
+    n, transport = request.param
+    out = tmp_path_factory.mktemp(f"trainer{n}{transport}") / "checks.json"
+    p = run_mpi(n, ["tests/trainer_check.py", str(out), transport], timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    return n, json.loads(out.read_text())
+
+
+def _sync(results):
+    return [c for c in results if "max_abs_diff" in c]
+
+
+def test_same_weights_as_one_rank(checks):
+    n, results = checks
+    names = {c["strategy"] for c in _sync(results)}
+    assert names == {"ps", "ddp", "zero1", "zero2", "zero3"}
+    for c in _sync(results):
+        what = f"{c['strategy']} {c['options']} at N={n}"
+        assert c["max_change"] > 10 * c["lr"], what + ": the weights hardly moved"
+        # fp16 gradients summed in another order: a fraction of one step's size
+        assert c["max_abs_diff"] < 2 * c["lr"], what + f": {c['max_abs_diff']}"
+        assert c["rel_diff"] < 1e-2, what + f": {c['rel_diff']}"
+        assert c["losses"][-1] < 0.5 * c["losses"][0], what + ": the loss did not fall"
+        assert max(abs(a - b) for a, b in zip(c["losses"], c["ref_losses"])) < 1e-2 * c["losses"][0]
+
+
+def test_traffic_matches_formula(checks):
+    n, results = checks
+    for c in results:
+        rep, s = c["report"], c["strategy"]
+        tr, pad, psi = rep["traffic"], rep["padding_elements"], rep["params"]
+        assert tr["convention"] == claims.traffic_convention(s)
+        for r in range(n):
+            got = tr["measured_bytes_per_rank"][r]
+            want = claims.traffic(s, n, psi, B, r, rep["accum"])
+            assert want == tr["predicted_bytes_per_rank"][r]
+            assert want > 0
+            if s == "ps" and rep["staleness"]:
+                # the last S versions are never taken: (2 - S/T) Ψ b per worker and step
+                T, S = len(c["losses"]), rep["staleness"]
+                want *= 1 - S / (2 * T)
+            # padding moves too: at most 3 passes of (N-1)/N of it per micro-batch
+            slack = 3 * rep["accum"] * pad * B
+            assert abs(got - want) <= slack + 1e-6, f"{s} {c['options']} rank {r}: {got} vs {want}"
+            assert tr["control_bytes_per_rank"][r] < 100, "control messages are scalars"
+
+
+def test_memory_matches_formula(checks):
+    n, results = checks
+    for c in results:
+        rep, s = c["report"], c["strategy"]
+        mem, pad, psi = rep["memory"], rep["padding_elements"], rep["params"]
+        for r in range(n):
+            got = mem["measured_bytes_per_rank"][r]
+            want = claims.memory(s, n, psi, 12, r, rep["staleness"])
+            assert abs(got - want) <= 16 * pad, f"{s} {c['options']} rank {r}: {got} vs {want}"
+
+
+def test_zero_saves_memory(checks):
+    """The stages order as the paper says, at this N."""
+    n, results = checks
+    mem = {c["strategy"]: c["report"]["memory"]["measured_bytes_per_rank"][0]
+           for c in _sync(results) if not c["options"]}
+    assert mem["ddp"] > mem["zero1"] > mem["zero2"] > mem["zero3"]
+
+
+def test_async_ps_converges(checks):
+    n, results = checks
+    (c,) = [c for c in results if c["options"].get("staleness")]
+    losses = [x for x in c["losses"] if x is not None]
+    assert len(losses) == 60
+    assert losses[-1] < 0.3 * losses[0]
+
+
+def test_cli_table_and_json(tmp_path):
+    out = tmp_path / "z2.json"
+    p = run_mpi(2, ["-m", "trainer", "--strategy", "zero2", "--steps", "3", "--width", "256",
+                    "--layers", "3", "--json", str(out)], timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    assert "step     3/3" in p.stdout and "samples/s" in p.stdout
+    assert "predicted MB" in p.stdout
+    rep = json.loads(out.read_text())
+    for key in ("strategy", "ranks", "params", "bytes_per_element", "steps", "traffic", "memory"):
+        assert key in rep
+    assert rep["strategy"] == "zero2" and rep["ranks"] == 2 and len(rep["steps"]) == 3
+    assert set(rep["steps"][0]) >= {"loss", "time_s"}
+    for k in ("traffic", "memory"):
+        assert len(rep[k]["measured_bytes_per_rank"]) == 2
+        assert len(rep[k]["predicted_bytes_per_rank"]) == 2
+
+
+def test_cli_bad_arguments():
+    p = run_mpi(1, ["-m", "trainer", "--batch", "10", "--accum", "3"], timeout=60)
+    assert p.returncode != 0 and "multiple of accum" in p.stderr
+
+
+def test_memory_command():
+    p = subprocess.run([sys.executable, "-m", "trainer", "memory", "--params", "7.5e9",
+                        "--ranks", "64", "--k", "12", "--json"], capture_output=True, text=True,
+                       cwd=ROOT, env=mpi_env(), timeout=60)
+    assert p.returncode == 0, p.stderr
+    gb = json.loads(p.stdout)["gb_per_device"]
+    # table 1 of the ZeRO paper: 120, 31.4, 16.6 and 1.9 GB
+    assert [round(v, 1) for v in gb.values()] == [120.0, 31.4, 16.6, 1.9]

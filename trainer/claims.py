@@ -1,0 +1,62 @@
+"""The textbook figures each strategy is measured against (docs/trainer.md).
+
+Ψ parameters, b bytes per element on the wire (fp16: 2), N ranks, K bytes
+of optimizer state per parameter (fp32 master + two Adam moments: 12).
+
+Traffic is per rank per step.  For the collective strategies it is the bytes
+a rank *sends* (it receives as many): a ring all-reduce sends 2(N-1)/N·Ψ·b.
+For the parameter server it is what a rank sends *and* receives, the way the
+server's load is usually quoted: 2(N-1)·Ψ·b at the server, 2·Ψ·b at a worker.
+"""
+from __future__ import annotations
+
+STRATEGY_NAMES = ("ps", "ddp", "zero1", "zero2", "zero3")
+GB = 1e9
+
+
+def traffic_convention(strategy: str) -> str:
+    return "sent+recv" if strategy == "ps" else "sent"
+
+
+def traffic(strategy: str, n: int, psi: float, b: int = 2, rank: int = 0,
+            accum: int = 1) -> float:
+    """Predicted bytes per rank per step (see traffic_convention)."""
+    if n == 1:
+        return 0.0
+    f = (n - 1) / n * psi * b
+    if strategy in ("ddp", "zero1"):
+        return 2 * f
+    if strategy == "zero2":    # reduce-scatter every micro-batch, one all-gather
+        return (accum + 1) * f
+    if strategy == "zero3":    # all-gather forward and backward, reduce-scatter, per micro-batch
+        return 3 * accum * f
+    if strategy == "ps":
+        return 2 * (n - 1) * psi * b if rank == 0 else 2 * psi * b
+    raise ValueError(f"unknown strategy {strategy!r}")
+
+
+def memory(strategy: str, n: int, psi: float, k: int = 12, rank: int = 0,
+           staleness: int = 0) -> float:
+    """Predicted model-state bytes per rank: fp16 params (2Ψ), fp16 grads
+    (2Ψ), optimizer states (KΨ), each divided by N where partitioned."""
+    if strategy == "ddp" or n == 1:
+        return (2 + 2 + k) * psi
+    if strategy == "zero1":
+        return 2 * psi + 2 * psi + k * psi / n
+    if strategy == "zero2":
+        return 2 * psi + (2 + k) * psi / n
+    if strategy == "zero3":
+        return (2 + 2 + k) * psi / n
+    if strategy == "ps":       # the server keeps the S+1 versions a worker may still take
+        return (2 * (staleness + 1) + 2 + k) * psi if rank == 0 else 4 * psi
+    raise ValueError(f"unknown strategy {strategy!r}")
+
+
+def zero_table(psi: float, n: int, k: int = 12) -> list[tuple[str, str, float]]:
+    """(stage, formula, bytes per device) as in table 1 of the ZeRO paper."""
+    return [
+        ("baseline (DDP)", "(2+2+K)Ψ", memory("ddp", n, psi, k)),
+        ("ZeRO-1 (P_os)", "2Ψ+2Ψ+KΨ/N", memory("zero1", n, psi, k)),
+        ("ZeRO-2 (P_os+g)", "2Ψ+(2+K)Ψ/N", memory("zero2", n, psi, k)),
+        ("ZeRO-3 (P_os+g+p)", "(2+2+K)Ψ/N", memory("zero3", n, psi, k)),
+    ]

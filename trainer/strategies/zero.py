@@ -1,0 +1,97 @@
+"""What the three ZeRO stages share (Rajbhandari et al. 2020, "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models").
+
+The flat buffer is cut into groups (buckets for stages 1-2, layers for stage
+3), each padded to a multiple of N; rank r owns piece r of every group, and
+its fp32 master weights and Adam moments cover only those pieces (KΨ/N).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..layout import Layout
+from ..mixed import Adam, finite
+from .base import F16, F32, Strategy
+
+
+class ZeroBase(Strategy):
+    def __init__(self, comm, ctrl, model, cfg, groups):
+        super().__init__(comm, ctrl, model, cfg)
+        self.lay = lay = Layout(model.sizes, groups, self.n)
+        full = lay.to_flat(model.init_params(), F32)
+        self.adam = Adam(lay.shard_of(full, self.rank), cfg.lr)
+        self._full_init = full  # handed to the subclass, then dropped
+
+    def _take_init(self) -> np.ndarray:
+        full, self._full_init = self._full_init, None
+        return full
+
+    def step_shard(self, scale: float, loss: float, grad_piece, param_piece) -> tuple[float, bool]:
+        """Agree on the loss and on overflow, then Adam on this rank's pieces;
+        returns (mean loss, overflow)."""
+        groups = range(len(self.lay.groups))
+        mine = [grad_piece(g) for g in groups]
+        mean, overflow = self.agree(loss, not finite(mine))
+        if not overflow:
+            self.adam.step([(self.lay.shard_start[g], mine[g], param_piece(g)) for g in groups],
+                           scale)
+        self.scaler.update(overflow)
+        return mean, overflow
+
+    def all_gather_params(self, flat16: np.ndarray) -> None:
+        """Every rank's updated pieces to every rank, one all-gather per group
+        (in place: this rank's piece is already in its block)."""
+        lay, r = self.lay, self.rank
+        hs = [self.comm.all_gather(lay.owned(flat16, g, r), out=lay.blocks(lay.group(flat16, g)),
+                                   algorithm=self.algo("all_gather"), async_op=True)
+              for g in range(len(lay.groups))]
+        for h in hs:
+            h.wait()
+
+    def reduce_scatter(self, buf: np.ndarray):
+        """Start the reduce-scatter of a group-sized buffer into its own block."""
+        blocks = self.lay.blocks(buf)
+        return self.comm.reduce_scatter(blocks, out=blocks[self.rank],
+                                        algorithm=self.algo("reduce_scatter"), async_op=True)
+
+    def master_params(self):
+        shards = self.comm.all_gather(self.adam.master)
+        return self.lay.params_of(self.lay.unshard(shards), self.model.shapes)
+
+
+class ShardedGrads:
+    """Gradients kept only as this rank's shard (stages 2 and 3).
+
+    A group's gradients go into a transient group-sized buffer; once the
+    group is complete its reduce-scatter starts, and when that finishes this
+    rank's block is stored (or, after the first micro-batch, added) into the
+    shard and the buffer is dropped."""
+
+    def __init__(self, z: ZeroBase):
+        self.z = z
+        self.shard = np.zeros(z.lay.shard_len, F16)
+        self.inflight: list = []
+
+    def new_buffer(self, g: int) -> np.ndarray:
+        buf = np.empty(self.z.lay.length[g], F16)
+        buf[self.z.lay.pad_slices(g)] = 0
+        return buf
+
+    def launch(self, g: int, buf: np.ndarray, k: int) -> None:
+        self.inflight.append((g, buf, k, self.z.reduce_scatter(buf)))
+        self.drain(block=False)
+
+    def drain(self, block: bool) -> None:
+        lay, r = self.z.lay, self.z.rank
+        while self.inflight and (block or self.inflight[0][3].done()):
+            g, buf, k, h = self.inflight.pop(0)
+            h.wait()
+            piece, own = lay.shard_piece(self.shard, g), lay.blocks(buf)[r]
+            with np.errstate(over="ignore", invalid="ignore"):
+                if k == 0:
+                    piece[:] = own
+                else:
+                    piece += own
+
+    def piece(self, g: int) -> np.ndarray:
+        return self.z.lay.shard_piece(self.shard, g)

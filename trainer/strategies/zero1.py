@@ -1,0 +1,46 @@
+"""ZeRO stage 1: optimizer states partitioned.
+
+Every rank keeps the full fp16 parameters and gradients.  Each bucket's
+gradients are reduce-scattered (in place, so that this rank's block of the
+bucket holds the reduced sum) as backward finishes it; each rank runs Adam on
+its pieces only, and an all-gather per bucket brings every rank the updated
+fp16 parameters.  Bytes per rank: reduce-scatter + all-gather = 2(N-1)/N·Ψ·b,
+as for DDP's all-reduce.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..layout import buckets
+from .base import F16
+from .zero import ZeroBase
+
+
+class Zero1(ZeroBase):
+    name = "zero1"
+
+    def __init__(self, comm, ctrl, model, cfg):
+        super().__init__(comm, ctrl, model, cfg,
+                         buckets(model.sizes, int(cfg.bucket_mb * 2**20), 2))
+        self.params16 = self._take_init().astype(F16)
+        self.grads16 = np.zeros(self.lay.total, F16)
+        self.pviews = self.views(self.params16, self.lay)
+        self.gviews = self.views(self.grads16, self.lay)
+
+    def _reduce(self, g: int):
+        return self.reduce_scatter(self.lay.group(self.grads16, g))
+
+    def train_step(self, step):
+        lay, r, scale = self.lay, self.rank, self.scaler.scale
+        loss, handles = self.accumulate_and_launch(step, self.pviews, self.gviews, lay, self._reduce)
+        for h in handles:
+            h.wait()
+        mean, overflow = self.step_shard(scale, loss, lambda g: lay.owned(self.grads16, g, r),
+                                         lambda g: lay.owned(self.params16, g, r))
+        if not overflow:
+            self.all_gather_params(self.params16)
+        return mean
+
+    def state(self):
+        return {"params16": [self.params16], "grads16": [self.grads16],
+                "optimizer": self.adam.states()}
