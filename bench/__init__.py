@@ -45,6 +45,13 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   MPI columns show ``-`` for ``--op avg`` (MPI has none) and for dtypes or
   ops that the MPI library refuses.  Data-movement collectives hand MPI the
   buffers as bytes.
+* ``--transport cuda`` measures CuPy copies of the same buffers (each rank on
+  GPU ``rank mod #GPUs``); the baseline columns then hold NCCL's collective
+  on those CuPy buffers where NCCL can be had (CuPy's NCCL binding and one
+  GPU per rank; titled ``nccl_time``/``nccl_busbw``, ``"baseline": "NCCL"``
+  in the JSON, which keeps the ``mpi_*`` keys), else MPI's on the host
+  buffers; a header line says which and why.  ``bench/gpu_check.sh`` runs
+  the GPU tests and a short benchmark on a GPU machine.
 * Without ``-n`` the iteration count adapts: about ``--budget`` seconds
   (0.3) of timed loop per size, at least 3 and at most 1000 calls; without
   ``-w`` the 5 warm-up calls are cut to about 0.2 s.

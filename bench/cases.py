@@ -5,6 +5,10 @@ and ``mpi()`` return argument-free callables that the runner times;
 ``reset()`` overwrites the outputs before the checked call and ``wrong()``
 counts this rank's mismatching result elements afterwards.  Sizes follow
 nccl-tests (see the package docstring).
+
+On the cuda transport the buffers of our call are CuPy copies of the host
+ones; MPI's call keeps the host buffers (MPICH is not CUDA-aware), and
+NCCL's, where it can be had (``bench.gpu``), runs on the CuPy buffers.
 """
 from __future__ import annotations
 
@@ -55,6 +59,20 @@ class Case:
             self.m = self.count
         self.nbytes = self.count * isz
         self.setup()
+        self._mpi = self.mpi()  # on the host buffers, before they move to the GPU
+        if comm.transport == "cuda":
+            import cupy
+            for k in ("x", "out", "buf"):
+                v = getattr(self, k, None)
+                if isinstance(v, np.ndarray):
+                    setattr(self, k, cupy.asarray(v))
+
+    def baseline(self, nccl=None) -> Optional[Call]:
+        """NCCL's collective on our CuPy buffers where ``nccl`` is given (None
+        where NCCL has no such call or dtype), else MPI's on the host buffers."""
+        if nccl is not None:
+            return nccl.call(self)
+        return self._mpi
 
     # -- to be provided by each collective --------------------------------
     def setup(self) -> None:

@@ -77,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="numpy dtype name (default float32)")
     p.add_argument("-o", "--op", default="sum", choices=_OPS, help="reduction op (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
-    p.add_argument("--transport", default="auto", choices=("auto", "shm", "mpi"),
-                   help="transport of the library (default auto)")
+    p.add_argument("--transport", default="auto", choices=("auto", "shm", "mpi", "cuda"),
+                   help="transport of the library (default auto); cuda measures CuPy "
+                        "buffers, against NCCL where it can be had (else MPI on host buffers)")
     p.add_argument("--algorithm", default=None,
                    help="force one of comm.algorithms(collective), or 'all' for a row "
                         "per algorithm (default: the library's choice)")
@@ -141,7 +142,8 @@ def _settings(a: argparse.Namespace, algs: list[Optional[str]]):
                     warmup_given=given, budget_s=a.budget, check=a.check)
 
 
-def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, table):
+def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, table,
+               nccl=None):
     """Measure one collective and print its table on rank 0; None if it is skipped."""
     from . import report, runner
     rank0 = comm.rank == 0
@@ -154,11 +156,12 @@ def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, t
     cls = CASES[name]
     res = report.Result(collective=name, n=comm.size, transport=comm.transport,
                         dtype=str(a.dtype), op=a.op if cls.reducing else "none",
-                        root=a.root if cls.rooted else -1, memcpy_gbps=memcpy)
+                        root=a.root if cls.rooted else -1, memcpy_gbps=memcpy,
+                        baseline="NCCL" if nccl is not None else "MPI")
     if rank0:
         shown = [x for x in algs if x is not None] or comm.algorithms(name)
         table.header(res, a.transport, [("auto:" if None in algs else "") + x for x in shown])
-    for row in runner.run_collective(name, comm, mpicomm, _settings(a, algs)):
+    for row in runner.run_collective(name, comm, mpicomm, _settings(a, algs), nccl):
         res.rows.append(row)
         if rank0:
             table.row(res, row)
@@ -180,6 +183,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     names = list(COLLECTIVES) if a.collective == "all" else [a.collective]
     mpicomm = world.Dup()
     results: list[report.Result] = []
+    if a.transport == "cuda":
+        from . import gpu
+        gpu.use_device(world.Get_rank())
     try:
         with cc.init(transport=a.transport) as comm:
             rank0 = comm.rank == 0
@@ -199,8 +205,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     f"auto ({a.budget:g} s/size, {runner.MIN_ITERS}..{runner.MAX_ITERS})",
                     warmup=str(a.warmup_iters) if a.warmup_iters is not None
                     else f"{DEFAULT_WARMUP} (<= 0.2 s)", check=a.check)
+            nccl = None
+            if a.transport == "cuda":
+                nccl, why = gpu.nccl_baseline(mpicomm)
+                if rank0:
+                    print("# buffers: CuPy arrays on the GPU; baseline: " +
+                          ("NCCL on the same buffers" if nccl else
+                           f"MPI on host buffers ({why})"), flush=True)
             for name in names:
-                res = _bench_one(name, a, comm, mpicomm, memcpy, table)
+                res = _bench_one(name, a, comm, mpicomm, memcpy, table, nccl)
                 if res is not None:
                     results.append(res)
     finally:

@@ -71,6 +71,8 @@ def mismatches(got: np.ndarray, want: np.ndarray, nranks: int) -> int:
     Integers must match exactly; floating and complex values within a
     relative error of a few ulps per rank (the reassociation error bound).
     """
+    if not isinstance(got, np.ndarray):  # a CuPy result
+        got = got.get()
     got, want = got.reshape(-1), want.reshape(-1)
     if got.shape != want.shape:
         return max(got.size, want.size)

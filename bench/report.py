@@ -21,10 +21,12 @@ class Result:
     root: int
     memcpy_gbps: float
     rows: list[Row] = dataclasses.field(default_factory=list)
+    baseline: str = "MPI"  # whose collective the mpi_* columns measure: MPI or NCCL
 
     def as_json(self) -> dict:
         d = {k: getattr(self, k) for k in
-             ("collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps")}
+             ("collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps",
+              "baseline")}
         d["rows"] = [r.as_json() for r in self.rows]
         return d
 
@@ -70,6 +72,8 @@ class Table:
                     f"{res.memcpy_gbps:.2f} GB/s")
         names, units = [], []
         for title, unit, w in _COLUMNS:
+            if title.startswith("mpi_"):
+                title = res.baseline.lower() + title[3:]
             w = w or self.alg_width
             names.append(title.rjust(w))
             units.append(unit.rjust(w))
@@ -93,13 +97,14 @@ class Table:
             if not sized:  # the barrier: latency only
                 avg_t = sum(r.time_us for r in rows) / len(rows)
                 mpi = [r.mpi_time_us for r in rows if r.mpi_time_us is not None]
-                tail = f"   MPI: {sum(mpi) / len(mpi):.2f} us" if mpi else ""
+                tail = f"   {res.baseline}: {sum(mpi) / len(mpi):.2f} us" if mpi else ""
                 self._print(f"# Avg latency{label}: {avg_t:.2f} us{tail}")
                 continue
             avg = sum(r.busbw for r in sized) / len(sized)
             mpi = [r.mpi_busbw for r in sized if r.mpi_busbw is not None]
             frac = avg / res.memcpy_gbps if res.memcpy_gbps > 0 else float("nan")
-            tail = f"   MPI: {sum(mpi) / len(mpi):.3f} GB/s" if len(mpi) == len(sized) else ""
+            tail = (f"   {res.baseline}: {sum(mpi) / len(mpi):.3f} GB/s"
+                    if len(mpi) == len(sized) else "")
             self._print(f"# Avg bus bandwidth{label}: {avg:.3f} GB/s "
                         f"({100 * frac:.1f}% of memcpy {res.memcpy_gbps:.2f} GB/s){tail}")
         bad = sum(r.wrong or 0 for r in res.rows)
@@ -147,7 +152,7 @@ def write_plot(path: str, results: list[Result]) -> bool:
         first = next(iter(groups.values()))
         mpi = [(r.bytes, r.mpi_busbw) for r in first if r.mpi_busbw is not None]
         if mpi:
-            ax.plot(*zip(*mpi), marker="s", linestyle="--", color="black", label="MPI")
+            ax.plot(*zip(*mpi), marker="s", linestyle="--", color="black", label=res.baseline)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("size (bytes)")
         ax.set_ylabel("busbw (GB/s)")

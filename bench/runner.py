@@ -159,13 +159,14 @@ def effective_sizes(name: str, sizes: list[int], n: int, dtype: np.dtype) -> lis
     return out
 
 
-def run_collective(name: str, comm, mpicomm, s: Settings) -> Iterator[Row]:
-    """Measure collective ``name`` over ``s.sizes``, yielding rows as they are done."""
+def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator[Row]:
+    """Measure collective ``name`` over ``s.sizes``, yielding rows as they are done;
+    the baseline is NCCL's collective where ``nccl`` is given, else MPI's."""
     clock = Clock(mpicomm)
     from mpi4py import MPI
     for nbytes in effective_sizes(name, s.sizes, comm.size, s.dtype):
         case = CASES[name](comm, mpicomm, nbytes, s.dtype, s.op, s.root)
-        mfn = case.mpi()
+        mfn = case.baseline(nccl)
         mpi_t: Optional[Timing] = None
         if mpi_supported(mfn, mpicomm):
             mpi_t = clock.measure(mfn, s)

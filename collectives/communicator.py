@@ -15,6 +15,7 @@ from transports.base import broken_error
 from . import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather,
                reduce, reduce_scatter)
 from . import validate as v
+from .arrays import empty
 from .ops import UFUNCS, Op, resolve
 from .work import Executor, Work
 
@@ -93,7 +94,7 @@ class Communicator:
     """A group of ranks and every collective and point-to-point call among them.
 
     Arrays are numpy arrays of any shape, C-contiguous, of the dtypes in
-    ``collectives.ops.DTYPES``.  Every collective takes ``async_op`` and
+    ``collectives.ops.DTYPES``; on the "cuda" transport CuPy arrays too.  Every collective takes ``async_op`` and
     (reducing and gathering calls) ``algorithm``; see API.md.
     """
 
@@ -103,6 +104,8 @@ class Communicator:
         self.rank: int = transport.rank
         self.size: int = transport.size
         self.timeout: float = transport.timeout
+        # the CUDA device whose CuPy arrays this communicator takes (None: numpy only)
+        self._device: int | None = getattr(transport, "device", None)
         self._seq = 0
         self._exec = Executor(f"{transport.name}-{self.rank}")
         self._broken: BaseException | None = None
@@ -149,8 +152,17 @@ class Communicator:
             return _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
         return table[name]
 
-    def _run(self, call: str, body: Callable[[Any], Any], async_op: bool):
-        """Queue ``body(endpoint)`` as the next collective of this communicator."""
+    def _on_device(self, a) -> bool:
+        """Whether ``a`` (a checked array) is a CuPy array."""
+        return self._device is not None and not isinstance(a, np.ndarray)
+
+    def _run(self, call: str, body: Callable[[Any], Any], async_op: bool,
+             on_device: bool = False):
+        """Queue ``body(endpoint)`` as the next collective of this communicator.
+        ``on_device``: the arrays are CuPy's; the transport orders the call's
+        GPU work after the caller's and returns once it is done."""
+        if on_device:
+            body = self._t.on_device(body, call)
         self._seq += 1
         seq = self._seq
 
@@ -173,8 +185,8 @@ class Communicator:
         """The array the result goes into: a new one, or the caller's checked
         ``out``; and whether that is ``x`` itself (in place)."""
         if out is None:
-            return np.empty(shape, x.dtype), False
-        v.out(c, out, shape, x.dtype, what)
+            return empty(shape, x), False
+        v.out(c, out, shape, x, what, self._device)
         return out, v.no_overlap(c, x, out, in_place_ok)
 
     def _avg(self, op: Op, arr: np.ndarray) -> None:
@@ -187,7 +199,7 @@ class Communicator:
         """Fill ``buf`` on every rank with root's ``buf``; returns ``buf``."""
         c = "broadcast"
         self._open(c)
-        v.array(c, "buf", buf, writable=True)
+        v.array(c, "buf", buf, writable=True, device=self._device)
         root = v.rank(c, "root", root, self.size)
         alg = self._pick(c, algorithm, buf.nbytes)
         flat = buf.reshape(-1)
@@ -195,18 +207,19 @@ class Communicator:
         def body(ep):
             alg(ep, flat, root)
             return buf
-        return self._run(c, body, async_op)
+        return self._run(c, body, async_op, self._on_device(buf))
 
     def scatter(self, x, out: np.ndarray, root: int = 0, *, algorithm: str | None = None,
                 async_op: bool = False):
         """``out`` on rank i = root's ``x[i]``; ``x`` (shape (size, *out.shape)) on root only."""
         c = "scatter"
         self._open(c)
-        v.array(c, "out", out, writable=True)
+        v.array(c, "out", out, writable=True, device=self._device)
         root = v.rank(c, "root", root, self.size)
         xf = None
         if self.rank == root:
-            v.array(c, "x", x)
+            v.array(c, "x", x, device=self._device)
+            v.same_kind(c, x, out)
             if x.shape != (self.size, *out.shape) or x.dtype != out.dtype:
                 raise ValueError(f"scatter: x on root has shape {x.shape} and dtype {x.dtype}, "
                                  f"expected {(self.size, *out.shape)} and {out.dtype} "
@@ -219,14 +232,14 @@ class Communicator:
         def body(ep):
             alg(ep, xf, of, root)
             return out
-        return self._run(c, body, async_op)
+        return self._run(c, body, async_op, self._on_device(out))
 
     def gather(self, x: np.ndarray, out: np.ndarray | None = None, root: int = 0, *,
                algorithm: str | None = None, async_op: bool = False):
         """On root, ``out[i]`` = rank i's ``x`` (shape (size, *x.shape)); None elsewhere."""
         c = "gather"
         self._open(c)
-        v.array(c, "x", x)
+        v.array(c, "x", x, device=self._device)
         root = v.rank(c, "root", root, self.size)
         shape = (self.size, *x.shape)
         if self.rank == root:
@@ -239,14 +252,14 @@ class Communicator:
         def body(ep):
             alg(ep, xf, of, root)
             return out
-        return self._run(c, body, async_op)
+        return self._run(c, body, async_op, self._on_device(x))
 
     def reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", root: int = 0, *,
                algorithm: str | None = None, async_op: bool = False):
         """On root, the elementwise reduction of every rank's ``x``; None elsewhere."""
         c = "reduce"
         self._open(c)
-        v.array(c, "x", x)
+        v.array(c, "x", x, device=self._device)
         o = resolve(op, x.dtype)
         root = v.rank(c, "root", root, self.size)
         in_place = False
@@ -264,18 +277,18 @@ class Communicator:
             if of is not None:
                 self._avg(o, of)
             return out
-        return self._run(c, body, async_op)
+        return self._run(c, body, async_op, self._on_device(x))
 
     def all_gather(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
         """``out[i]`` = rank i's ``x`` on every rank (shape (size, *x.shape))."""
         c = "all_gather"
         self._open(c)
-        v.array(c, "x", x)
+        v.array(c, "x", x, device=self._device)
         if out is None:
-            out = np.empty((self.size, *x.shape), x.dtype)
+            out = empty((self.size, *x.shape), x)
         else:  # x may be out[rank] (in place)
-            v.out(c, out, (self.size, *x.shape), x.dtype, "(size, *x.shape)")
+            v.out(c, out, (self.size, *x.shape), x, "(size, *x.shape)", self._device)
             v.block_in_place(c, out, x, self.rank)
         alg = self._pick(c, algorithm, x.nbytes)
         xf, of = x.reshape(-1), out.reshape(-1)
@@ -283,20 +296,20 @@ class Communicator:
         def body(ep):
             alg(ep, xf, of)
             return out
-        return self._run(c, body, async_op)
+        return self._run(c, body, async_op, self._on_device(x))
 
     def reduce_scatter(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,
                        algorithm: str | None = None, async_op: bool = False):
         """Block ``rank`` of the reduction of every rank's ``x`` (shape (size, *s)) -> shape s."""
         c = "reduce_scatter"
         self._open(c)
-        v.array(c, "x", x)
+        v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
         if out is None:
-            out = np.empty(x.shape[1:], x.dtype)
+            out = empty(x.shape[1:], x)
         else:  # out may be x[rank] (in place)
-            v.out(c, out, x.shape[1:], x.dtype, "x.shape[1:]")
+            v.out(c, out, x.shape[1:], x, "x.shape[1:]", self._device)
             v.block_in_place(c, x, out, self.rank)
         alg = self._pick(c, algorithm, x.nbytes)
         xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
@@ -305,14 +318,14 @@ class Communicator:
             alg(ep, xf, of, uf)
             self._avg(o, of)
             return out
-        return self._run(c, body, async_op)
+        return self._run(c, body, async_op, self._on_device(x))
 
     def all_to_all(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
         """``out[j]`` = rank j's ``x[rank]``; x and out have shape (size, *s)."""
         c = "all_to_all"
         self._open(c)
-        v.array(c, "x", x)
+        v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         out, _ = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
         alg = self._pick(c, algorithm, x.nbytes)
@@ -321,14 +334,14 @@ class Communicator:
         def body(ep):
             alg(ep, xf, of)
             return out
-        return self._run(c, body, async_op)
+        return self._run(c, body, async_op, self._on_device(x))
 
     def all_reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,
                    algorithm: str | None = None, async_op: bool = False):
         """The elementwise reduction of every rank's ``x``, on every rank."""
         c = "all_reduce"
         self._open(c)
-        v.array(c, "x", x)
+        v.array(c, "x", x, device=self._device)
         o = resolve(op, x.dtype)
         out, in_place = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
         alg = self._pick(c, algorithm, x.nbytes)
@@ -340,7 +353,7 @@ class Communicator:
             alg(ep, of, uf)
             self._avg(o, of)
             return out
-        return self._run(c, body, async_op)
+        return self._run(c, body, async_op, self._on_device(x))
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False):
         """Return once every rank has entered the barrier."""
@@ -367,14 +380,14 @@ class Communicator:
 
     def _start_send(self, c: str, x, dst, tag) -> "_P2PWork":
         self._open(c)
-        v.array(c, "x", x)
+        v.array(c, "x", x, device=self._device)
         dst = v.peer(c, "dst", dst, self.size, self.rank)
         tag = v.tag(c, tag)
         return _P2PWork(self, self._p2p(c, lambda: self._t.p2p.isend(x, dst, tag)), None, c)
 
     def _start_recv(self, c: str, out, src, tag) -> "_P2PWork":
         self._open(c)
-        v.array(c, "out", out, writable=True)
+        v.array(c, "out", out, writable=True, device=self._device)
         src = v.peer(c, "src", src, self.size, self.rank)
         tag = v.tag(c, tag)
         return _P2PWork(self, self._p2p(c, lambda: self._t.p2p.irecv(out, src, tag)), out, c)

@@ -11,6 +11,7 @@ import numpy as np
 
 from transports import Endpoint
 
+from .arrays import empty
 from .ranks import absolute, rel
 
 
@@ -46,7 +47,7 @@ def gather_binomial(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     if vr & 1:  # a leaf sends its block as it is
         ep.send(x, absolute(vr - 1, root, n))
         return
-    tmp = out if (vr == 0 and root == 0) else np.empty(_subtree(vr, n) * m, x.dtype)
+    tmp = out if (vr == 0 and root == 0) else empty(_subtree(vr, n) * m, x)
     np.copyto(tmp[:m], x)
     mask = 1
     while mask < n:
@@ -82,7 +83,7 @@ def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
             _rotate(x, tmp, root, m, n, to_rank_order=False)
     else:
         sz = _subtree(vr, n)
-        tmp = out if sz == 1 else np.empty(sz * m, out.dtype)
+        tmp = out if sz == 1 else empty(sz * m, out)
     mask = 1
     while mask < n:
         if vr & mask:

@@ -10,6 +10,7 @@ from typing import Iterable
 
 import numpy as np
 
+from .arrays import address, is_device
 from .ops import DTYPES
 
 _DTYPES = frozenset(DTYPES)
@@ -17,9 +18,11 @@ _DTYPES = frozenset(DTYPES)
 TAG_MAX = 32767
 
 
-def array(call: str, name: str, a, *, writable: bool = False) -> np.ndarray:
+def array(call: str, name: str, a, *, writable: bool = False, device: int | None = None):
+    """A supported array: numpy, or CuPy on CUDA device ``device`` where the
+    communicator has one (``device`` None: numpy only)."""
     if not isinstance(a, np.ndarray):
-        raise TypeError(f"{call}: {name} must be a numpy.ndarray, got {type(a).__name__}")
+        return _device_array(call, name, a, device)
     if a.dtype not in _DTYPES:
         raise TypeError(f"{call}: {name}.dtype {a.dtype} is not supported; expected one of "
                         f"{', '.join(str(d) for d in DTYPES)}")
@@ -30,14 +33,46 @@ def array(call: str, name: str, a, *, writable: bool = False) -> np.ndarray:
     return a
 
 
-def out(call: str, o, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
-    """Check a caller's ``out``: writable, contiguous, of ``shape`` and ``dtype``."""
-    array(call, "out", o, writable=True)
+def _device_array(call: str, name: str, a, device: int | None):
+    kinds = "numpy.ndarray" if device is None else "numpy.ndarray or cupy.ndarray"
+    if not is_device(a):
+        raise TypeError(f"{call}: {name} must be a {kinds}, got {type(a).__name__}")
+    if device is None:
+        raise TypeError(f"{call}: {name} is a cupy.ndarray, but this communicator's transport "
+                        "moves host memory only; use cc.init(transport='cuda') (or 'auto' "
+                        "with cupy imported before cc.init)")
+    if a.dtype not in _DTYPES:
+        raise TypeError(f"{call}: {name}.dtype {a.dtype} is not supported; expected one of "
+                        f"{', '.join(str(d) for d in DTYPES)}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{call}: {name} must be C-contiguous (use cupy.ascontiguousarray)")
+    if a.device.id != device:
+        raise ValueError(f"{call}: {name} is on CUDA device {a.device.id}; this communicator "
+                         f"uses device {device}")
+    return a
+
+
+def out(call: str, o, shape: tuple, x, what: str, device: int | None = None):
+    """Check a caller's ``out``: writable, contiguous, of ``shape``, of ``x``'s
+    dtype and of ``x``'s kind (numpy or CuPy)."""
+    array(call, "out", o, writable=True, device=device)
     if o.shape != tuple(shape):
         raise ValueError(f"{call}: out has shape {o.shape}, expected {tuple(shape)} ({what})")
-    if o.dtype != dtype:
-        raise TypeError(f"{call}: out has dtype {o.dtype}, expected {dtype} (the dtype of x)")
+    if o.dtype != x.dtype:
+        raise TypeError(f"{call}: out has dtype {o.dtype}, expected {x.dtype} (the dtype of x)")
+    same_kind(call, x, o)
     return o
+
+
+def same_kind(call: str, x, o) -> None:
+    """``x`` and ``out`` both numpy or both CuPy."""
+    if isinstance(x, np.ndarray) is not isinstance(o, np.ndarray):
+        raise TypeError(f"{call}: out is a {_kind(o)} but x is a {_kind(x)}; both must be "
+                        "numpy arrays or both CuPy arrays")
+
+
+def _kind(a) -> str:
+    return "numpy.ndarray" if isinstance(a, np.ndarray) else f"{type(a).__module__}.ndarray"
 
 
 def no_overlap(call: str, x: np.ndarray, o: np.ndarray, in_place_ok: bool) -> bool:
@@ -45,8 +80,7 @@ def no_overlap(call: str, x: np.ndarray, o: np.ndarray, in_place_ok: bool) -> bo
     ValueError for any other overlap of ``out`` and ``x``."""
     if o is not x and not np.may_share_memory(x, o):
         return False
-    same = o is x or (o.nbytes == x.nbytes and
-                      o.__array_interface__["data"][0] == x.__array_interface__["data"][0])
+    same = o is x or (o.nbytes == x.nbytes and address(o) == address(x))
     if not same:
         raise ValueError(f"{call}: out overlaps x; pass out=x for in place or a separate array")
     if not in_place_ok:
@@ -59,8 +93,8 @@ def block_in_place(call: str, whole: np.ndarray, part: np.ndarray, rank: int) ->
     (MPI_IN_PLACE for all_gather and reduce_scatter); ValueError otherwise."""
     if not np.may_share_memory(whole, part):
         return
-    base = whole.__array_interface__["data"][0] + rank * part.nbytes
-    if part.__array_interface__["data"][0] != base:  # shapes are already checked
+    base = address(whole) + rank * part.nbytes
+    if address(part) != base:  # shapes are already checked
         raise ValueError(f"{call}: x and out overlap; they may share memory only as "
                          f"block {rank} (this rank's) of the larger one, for in place")
 

@@ -27,6 +27,27 @@ from cases import DTYPES, expect, make, ops_for, reduce_ref  # noqa: E402
 BIG = (1 << 20) + 3  # "over a million elements"
 MODES = ("new", "inplace", "out")
 
+# The array module of the inputs and results: numpy, or CuPy for the "cuda"
+# transport (the references are numpy arrays either way).
+xp = np
+
+
+def dev(a: np.ndarray):
+    """``a`` on the side the transport under test moves (a copy on the GPU for cuda)."""
+    return a if xp is np else xp.asarray(a)
+
+
+def mk(dtype, shape, rank: int, seed: int, op: str = "sum"):
+    return dev(make(dtype, shape, rank, seed, op))
+
+
+def check(got, want: np.ndarray, what: str = "result") -> None:
+    """``expect`` for a result of the array module under test."""
+    if xp is not np:
+        assert isinstance(got, xp.ndarray), f"{what} is {type(got).__name__}, not a CuPy array"
+        got = xp.asnumpy(got)
+    expect(got, want, what)
+
 
 class Recorder:
     def __init__(self):
@@ -61,7 +82,7 @@ def sweep(n: int):
 
 
 def unchanged(x, x0, what="x"):
-    assert np.array_equal(x, x0), f"{what} was modified"
+    assert bool(xp.array_equal(x, x0)), f"{what} was modified"
 
 
 # -- reducing calls ---------------------------------------------------------------
@@ -75,7 +96,7 @@ def fam_all_reduce(comm, rec):
         for i, (dt, op, shp) in enumerate(cases):
             for mode in (MODES if i % 7 == 0 else [MODES[i % 3]]):
                 seed = i * 31 + len(alg)
-                x = make(dt, shp, r, seed, op)
+                x = mk(dt, shp, r, seed, op)
                 want = reduce_ref(stack(dt, shp, n, seed, op), op, n)
 
                 def run(x=x, mode=mode, op=op, want=want):
@@ -87,11 +108,11 @@ def fam_all_reduce(comm, rec):
                         got = comm.all_reduce(x, out=x, op=op, algorithm=alg)
                         assert got is x, "in place did not return x"
                     else:
-                        o = np.full_like(x, 3)
+                        o = xp.full_like(x, 3)
                         got = comm.all_reduce(x, out=o, op=op, algorithm=alg)
                         assert got is o, "out= was not returned"
                         unchanged(x, x0)
-                    expect(got, want)
+                    check(got, want)
                 rec.check(f"all_reduce alg={alg} dtype={dt} op={op} shape={shp} mode={mode}", run)
 
 
@@ -105,7 +126,7 @@ def fam_reduce(comm, rec):
         for i, (dt, op, shp, root) in enumerate(cases):
             mode = MODES[i % 3]
             seed = i * 17 + len(alg)
-            x = make(dt, shp, r, seed, op)
+            x = mk(dt, shp, r, seed, op)
             want = reduce_ref(stack(dt, shp, n, seed, op), op, n)
 
             def run(x=x, mode=mode, op=op, want=want, root=root):
@@ -114,7 +135,7 @@ def fam_reduce(comm, rec):
                     got = comm.reduce(x, out=x, op=op, root=root, algorithm=alg)
                     assert got is x
                 elif mode == "out" and r == root:
-                    o = np.zeros_like(x)
+                    o = xp.zeros_like(x)
                     got = comm.reduce(x, out=o, op=op, root=root, algorithm=alg)
                     assert got is o
                     unchanged(x, x0)
@@ -122,7 +143,7 @@ def fam_reduce(comm, rec):
                     got = comm.reduce(x, op=op, root=root, algorithm=alg)
                     unchanged(x, x0)
                 if r == root:
-                    expect(got, want)
+                    check(got, want)
                 else:
                     assert got is None, "non-root got a result"
             rec.check(f"reduce alg={alg} dtype={dt} op={op} shape={shp} root={root} mode={mode}", run)
@@ -137,7 +158,7 @@ def fam_reduce_scatter(comm, rec):
         for i, (dt, op, shp) in enumerate(cases):
             mode = MODES[i % 3]
             seed = i * 13 + len(alg)
-            x = make(dt, shp, r, seed, op)
+            x = mk(dt, shp, r, seed, op)
             want = reduce_ref(stack(dt, shp, n, seed, op), op, n)[r]
 
             def run(x=x, mode=mode, op=op, want=want):
@@ -147,13 +168,13 @@ def fam_reduce_scatter(comm, rec):
                     assert got.base is x or got.base is x.base
                     x0[r] = x[r]
                 elif mode == "out":
-                    o = np.zeros(x.shape[1:], x.dtype)
+                    o = xp.zeros(x.shape[1:], x.dtype)
                     got = comm.reduce_scatter(x, out=o, op=op, algorithm=alg)
                     assert got is o
                 else:
                     got = comm.reduce_scatter(x, op=op, algorithm=alg)
                 unchanged(x, x0)
-                expect(got, want)
+                check(got, want)
             rec.check(f"reduce_scatter alg={alg} dtype={dt} op={op} shape={shp} mode={mode}", run)
 
 
@@ -169,12 +190,12 @@ def fam_broadcast(comm, rec):
         for i, (dt, shp, root) in enumerate(cases):
             seed = i * 7 + len(alg)
             want = make(dt, shp, root, seed)
-            buf = make(dt, shp, r, seed) if r == root else np.zeros(shp, dt)
+            buf = mk(dt, shp, r, seed) if r == root else xp.zeros(shp, dt)
 
             def run(buf=buf, want=want, root=root):
                 got = comm.broadcast(buf, root=root, algorithm=alg)
                 assert got is buf, "broadcast did not return buf"
-                expect(got, want)
+                check(got, want)
             rec.check(f"broadcast alg={alg} dtype={dt} shape={shp} root={root}", run)
 
 
@@ -187,24 +208,24 @@ def fam_all_gather(comm, rec):
         for i, (dt, shp) in enumerate(cases):
             mode = MODES[i % 3]
             seed = i * 5 + len(alg)
-            x = make(dt, shp, r, seed)
+            x = mk(dt, shp, r, seed)
             want = stack(dt, shp, n, seed)
 
             def run(x=x, mode=mode, want=want):
                 x0 = x.copy()
                 if mode == "inplace":  # x is this rank's block of out
-                    o = np.zeros((n, *x.shape), x.dtype)
+                    o = xp.zeros((n, *x.shape), x.dtype)
                     o[r] = x
                     got = comm.all_gather(o[r], out=o, algorithm=alg)
                     assert got is o
                 elif mode == "out":
-                    o = np.zeros((n, *x.shape), x.dtype)
+                    o = xp.zeros((n, *x.shape), x.dtype)
                     got = comm.all_gather(x, out=o, algorithm=alg)
                     assert got is o
                 else:
                     got = comm.all_gather(x, algorithm=alg)
                 unchanged(x, x0)
-                expect(got, want)
+                check(got, want)
             rec.check(f"all_gather alg={alg} dtype={dt} shape={shp} mode={mode}", run)
 
 
@@ -217,7 +238,7 @@ def fam_all_to_all(comm, rec):
         for i, (dt, shp) in enumerate(cases):
             mode = MODES[i % 3]
             seed = i * 3 + len(alg)
-            x = make(dt, shp, r, seed)
+            x = mk(dt, shp, r, seed)
             want = stack(dt, shp, n, seed)[:, r]
 
             def run(x=x, mode=mode, want=want):
@@ -226,14 +247,14 @@ def fam_all_to_all(comm, rec):
                     got = comm.all_to_all(x, out=x, algorithm=alg)
                     assert got is x
                 elif mode == "out":
-                    o = np.zeros_like(x)
+                    o = xp.zeros_like(x)
                     got = comm.all_to_all(x, out=o, algorithm=alg)
                     assert got is o
                     unchanged(x, x0)
                 else:
                     got = comm.all_to_all(x, algorithm=alg)
                     unchanged(x, x0)
-                expect(got, want)
+                check(got, want)
             rec.check(f"all_to_all alg={alg} dtype={dt} shape={shp} mode={mode}", run)
 
 
@@ -247,20 +268,20 @@ def fam_gather(comm, rec):
         for i, (dt, shp, root) in enumerate(cases):
             mode = ("new", "out")[i % 2]
             seed = i * 11 + len(alg)
-            x = make(dt, shp, r, seed)
+            x = mk(dt, shp, r, seed)
             want = stack(dt, shp, n, seed)
 
             def run(x=x, mode=mode, want=want, root=root):
                 x0 = x.copy()
                 if mode == "out" and r == root:
-                    o = np.zeros((n, *x.shape), x.dtype)
+                    o = xp.zeros((n, *x.shape), x.dtype)
                     got = comm.gather(x, out=o, root=root, algorithm=alg)
                     assert got is o
                 else:
                     got = comm.gather(x, root=root, algorithm=alg)
                 unchanged(x, x0)
                 if r == root:
-                    expect(got, want)
+                    check(got, want)
                 else:
                     assert got is None, "non-root got a result"
             rec.check(f"gather alg={alg} dtype={dt} shape={shp} root={root} mode={mode}", run)
@@ -276,15 +297,15 @@ def fam_scatter(comm, rec):
         for i, (dt, shp, root) in enumerate(cases):
             seed = i * 19 + len(alg)
             full = stack(dt, shp, n, seed)
-            x = full.copy() if r == root else None
+            x = dev(full.copy()) if r == root else None
 
             def run(x=x, full=full, root=root, shp=shp, dt=dt):
-                o = np.zeros(shp, dt)
+                o = xp.zeros(shp, dt)
                 got = comm.scatter(x, o, root=root, algorithm=alg)
                 assert got is o, "scatter did not return out"
                 if x is not None:
-                    unchanged(x, full)
-                expect(got, full[r])
+                    unchanged(x, dev(full))
+                check(got, full[r])
             rec.check(f"scatter alg={alg} dtype={dt} shape={shp} root={root}", run)
 
 
@@ -309,7 +330,7 @@ def fam_p2p(comm, rec):
     if n == 1:  # no peer to talk to: a message to oneself is refused
         def alone():
             try:
-                comm.send(np.ones(3), 0)
+                comm.send(xp.ones(3), 0)
             except ValueError as e:
                 assert "dst" in str(e)
             else:
@@ -320,8 +341,8 @@ def fam_p2p(comm, rec):
     for i, (dt, c) in enumerate(itertools.product(("float32", "int8", "complex128"),
                                                   (0, 1, 1000, 300_001))):
         def run(dt=dt, c=c, i=i):
-            a, b = make(dt, (c,), r, i), make(dt, (c + 1,), r, i + 1)
-            ra, rb = np.zeros((c,), dt), np.zeros((c + 1,), dt)
+            a, b = mk(dt, (c,), r, i), mk(dt, (c + 1,), r, i + 1)
+            ra, rb = xp.zeros((c,), dt), xp.zeros((c + 1,), dt)
             # tag 2 is received first although it is sent second
             sa = comm.isend(a, right, tag=1)
             comm.send(b, right, tag=2) if c < 1000 else None
@@ -329,27 +350,27 @@ def fam_p2p(comm, rec):
             got_a = comm.recv(ra, left, tag=1)
             sa.wait()
             assert sa.done()
-            expect(got_a, make(dt, (c,), left, i), "tag 1")
+            check(got_a, make(dt, (c,), left, i), "tag 1")
             if hb is not None:
-                expect(hb.wait(), make(dt, (c + 1,), left, i + 1), "tag 2")
+                check(hb.wait(), make(dt, (c + 1,), left, i + 1), "tag 2")
         rec.check(f"p2p ring dtype={dt} count={c}", run)
 
     def exchange():  # both directions at once, larger than the slots
-        x = make("float64", (600_000,), r, 5)
-        out = np.empty_like(x)
+        x = mk("float64", (600_000,), r, 5)
+        out = xp.empty_like(x)
         hs = [comm.isend(x, right, tag=7), comm.irecv(out, left, tag=7)]
         for h in hs:
             h.wait()
-        expect(out, make("float64", (600_000,), left, 5))
+        check(out, make("float64", (600_000,), left, 5))
     rec.check("p2p isend/irecv exchange", exchange)
 
     def ordered():  # one pair, one tag: arrival in send order
         if r == 0:
             for k in range(5):
-                comm.send(np.full(10, k, np.int32), 1 % n, tag=3)
+                comm.send(xp.full(10, k, np.int32), 1 % n, tag=3)
         if r == 1 % n:
             for k in range(5):
-                expect(comm.recv(np.empty(10, np.int32), 0, tag=3), np.full(10, k, np.int32))
+                check(comm.recv(xp.empty(10, np.int32), 0, tag=3), np.full(10, k, np.int32))
         comm.barrier()
     rec.check("p2p order within a tag", ordered)
 
@@ -358,17 +379,17 @@ def fam_async(comm, rec):
     n, r = comm.size, comm.rank
 
     def run():
-        xs = [make("float32", (5000 * (k + 1),), r, k) for k in range(4)]
+        xs = [mk("float32", (5000 * (k + 1),), r, k) for k in range(4)]
         hs = [comm.all_reduce(x, async_op=True) for x in xs]
-        hb = comm.broadcast(make("int32", (77,), r, 9), root=n - 1, async_op=True)
-        hg = comm.all_gather(make("int8", (5,), r, 10), async_op=True)
+        hb = comm.broadcast(mk("int32", (77,), r, 9), root=n - 1, async_op=True)
+        hg = comm.all_gather(mk("int8", (5,), r, 10), async_op=True)
         busy = sum(float(np.sum(np.sqrt(np.arange(20000.0)))) for _ in range(5))  # compute meanwhile
         assert busy > 0
         for k, h in enumerate(hs):
-            expect(h.wait(), reduce_ref(stack("float32", (5000 * (k + 1),), n, k), "sum", n))
+            check(h.wait(), reduce_ref(stack("float32", (5000 * (k + 1),), n, k), "sum", n))
             assert h.done()
-        expect(hb.wait(), make("int32", (77,), n - 1, 9))
-        expect(hg.wait(), stack("int8", (5,), n, 10))
+        check(hb.wait(), make("int32", (77,), n - 1, 9))
+        check(hg.wait(), stack("int8", (5,), n, 10))
         y = comm.all_reduce(np.ones(3), op="sum")  # a blocking call after async ones
         expect(y, np.full(3, float(n)))
     rec.check("async mixed calls complete in order", run)
@@ -389,10 +410,10 @@ def fam_split(comm, rec):
         assert sub.size == len(members), f"sub.size {sub.size} != {len(members)}"
         assert sub.rank == sorted(members, reverse=True).index(r), "key order not honoured"
         before = sub.traffic
-        got = sub.all_reduce(np.array([r], np.int64))
-        expect(got, np.array([sum(members)], np.int64))
-        g = sub.all_gather(np.array([r], np.int64))
-        expect(g, np.array([[p] for p in sorted(members, reverse=True)], np.int64))
+        got = sub.all_reduce(dev(np.array([r], np.int64)))
+        check(got, np.array([sum(members)], np.int64))
+        g = sub.all_gather(dev(np.array([r], np.int64)))
+        check(g, np.array([[p] for p in sorted(members, reverse=True)], np.int64))
         assert (sub.traffic - before).sent_bytes >= 0
         none = comm.split(-1 if r == 0 else 0)
         assert (none is None) == (r == 0), "negative color must give None"
@@ -411,6 +432,12 @@ FAMILIES = {f.__name__[4:]: f for f in [
 def main(argv: list[str]) -> int:
     transport, outdir, *names = argv
     names = names or list(FAMILIES)
+    if transport == "cuda":  # CuPy arrays; each rank on a GPU of its own where there are enough
+        global xp
+        import cupy
+        from mpi4py import MPI
+        cupy.cuda.Device(MPI.COMM_WORLD.Get_rank() % cupy.cuda.runtime.getDeviceCount()).use()
+        xp = cupy
     results = {}
     rank = None
     for name in names:

@@ -7,13 +7,20 @@ import tempfile
 
 import pytest
 
-from launch import run_mpi
+from launch import ROOT, run_mpi
 
 WORLD_SIZES = list(range(1, 9))
 TRANSPORTS = ["shm", "mpi"]
 # shm with its rendezvous (process_vm_readv) path on for messages of 4 KiB and up
 CMA = "shm+cma"
 CMA_ENV = {"COLLECTIVES_SHM_CMA_BYTES": "4096"}
+# the cuda transport over tests/standin, a host stand-in for CuPy (no GPU needed)
+STANDIN = "cuda+standin"
+
+
+def standin_env() -> dict:
+    path = [str(ROOT / "tests" / "standin"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(filter(None, path))}
 
 _cache: dict = {}
 
@@ -23,7 +30,7 @@ def conformance_results(n: int, transport: str) -> dict:
     key = (n, transport)
     if key not in _cache:
         with tempfile.TemporaryDirectory() as d:
-            env = CMA_ENV if transport == CMA else {}
+            env = CMA_ENV if transport == CMA else standin_env() if transport == STANDIN else {}
             p = run_mpi(n, ["tests/conformance.py", transport.split("+")[0], d], timeout=600,
                         COLLECTIVES_TIMEOUT="20", **env)
             merged: dict = {}

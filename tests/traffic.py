@@ -20,12 +20,13 @@ from expected_traffic import expected, expected_total, ring_all_reduce_uneven  #
 
 COUNT = 840 * 3  # divisible by every N <= 8 and by every power of two p2 <= 8
 ITEM = 4
+xp = np  # the array module measured: CuPy for the cuda transport
 
 
 def measure(comm, call: str, alg: str, root: int):
     n = comm.size
-    x = np.ones(COUNT, np.float32)
-    blocks = np.ones((n, COUNT), np.float32)
+    x = xp.ones(COUNT, np.float32)
+    blocks = xp.ones((n, COUNT), np.float32)
     before = comm.traffic
     if call == "all_reduce":
         comm.all_reduce(x, algorithm=alg)
@@ -54,6 +55,10 @@ def main(transport: str, out: str) -> None:
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     fails, checked = [], 0
+    if transport == "cuda":
+        global xp
+        import cupy
+        xp = cupy
     with cc.init(transport=transport) as comm:
         n, r = comm.size, comm.rank
         for call in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
@@ -76,7 +81,7 @@ def main(transport: str, out: str) -> None:
                         if want is not None and (s, q) != tuple(want):
                             fails.append(f"{tag} rank {rank}: sent/recv {(s, q)}, "
                                          f"expected {tuple(float(w) for w in want)}")
-        big = np.ones(840 * 1024, np.float32)  # blocks past the shm rendezvous size
+        big = xp.ones(840 * 1024, np.float32)  # blocks past the shm rendezvous size
         for call, alg in [("all_reduce", a) for a in comm.algorithms("all_reduce")] + \
                 [("all_gather", "ring"), ("broadcast", "chain")]:
             before = comm.traffic
@@ -97,7 +102,7 @@ def main(transport: str, out: str) -> None:
                         fails.append(f"large {call} alg={alg} n={n} rank {rank}: sent/recv "
                                      f"{(s, q)}, expected {tuple(float(w) for w in want)}")
         for count in (1, 7, 3 * n + 1, 1001):
-            x = np.ones(count, np.float32)
+            x = xp.ones(count, np.float32)
             before = comm.traffic
             comm.all_reduce(x, algorithm="ring")
             sent = (comm.traffic - before).sent_bytes

@@ -1,7 +1,9 @@
 """Transports: move bytes between the ranks of one communicator.
 
 ``open_transport(kind, mpicomm, timeout)`` is the only entry point the layer
-above uses.  MPI provides ranks, process ids and host grouping at start-up.
+above uses.  ``"auto"`` picks ``cuda`` (CUDA IPC, which also carries numpy
+arrays through shared memory) when every rank is on one host, has imported
+CuPy before and sees a GPU; ``shm`` on one host otherwise; ``mpi`` across hosts.  MPI provides ranks, process ids and host grouping at start-up.
 """
 from __future__ import annotations
 
@@ -28,18 +30,21 @@ def open_transport(kind: str, mpicomm, timeout: float) -> Transport:
     if kind == "auto":
         from .shm import supported
         kind = "shm" if one_host and supported() else "mpi"
+        if kind == "shm":  # CuPy already imported and a GPU on every rank: CUDA IPC
+            from .cuda import wanted
+            kind = "cuda" if wanted(mpicomm) else "shm"
+    if kind in ("shm", "cuda") and not one_host:
+        raise ValueError(f"transport={kind!r} needs every rank on one host; "
+                         "use transport='mpi' (or 'auto') across hosts")
     if kind == "shm":
-        if not one_host:
-            raise ValueError("transport='shm' needs every rank on one host; "
-                             "use transport='mpi' (or 'auto') across hosts")
         from .shm import ShmTransport
         return ShmTransport(mpicomm, timeout, pids, local)
     if kind == "mpi":
         from .mpi import MpiTransport
         return MpiTransport(mpicomm, timeout, pids, local)
-    if kind == "cuda":
-        raise ValueError("transport='cuda' needs CuPy and a GPU; it is not available in "
-                         "this build")
+    if kind == "cuda":  # imports CuPy; says why not where it or a GPU is missing
+        from .cuda import CudaTransport
+        return CudaTransport(mpicomm, timeout, pids, local)
     raise ValueError(f"transport must be one of {KINDS}, got {kind!r}")
 
 

@@ -9,8 +9,9 @@ completes (one thread drives an endpoint, so no count is lost); the
 transport's ``sent_bytes``/``recv_bytes`` add the two.  This is the only
 place where traffic is counted.
 
-All buffers handed to an endpoint are 1-D, C-contiguous numpy arrays; a
-receive must be given exactly the number of bytes that the sender sends.
+All buffers handed to an endpoint are 1-D, C-contiguous numpy arrays (or,
+on the cuda transport, CuPy arrays); a receive must be given exactly the
+number of bytes that the sender sends.
 """
 from __future__ import annotations
 
@@ -81,12 +82,14 @@ class Endpoint:
         """
         n, r = self.size, self.rank
         flat = buf.reshape(-1)
-        out = np.empty((n, flat.size), flat.dtype)
+        # empty_like: a CuPy buffer gets CuPy rows (numpy dispatches to CuPy)
+        out = np.empty_like(flat, shape=(n, flat.size))
         np.copyto(out[r], flat)
-        reqs = [self.irecv(out[p], p) for p in range(n) if p != r]
+        rows = [out[p] for p in range(n)]
+        reqs = [self.irecv(rows[p], p) for p in range(n) if p != r]
         reqs += [self.isend(flat, p) for p in range(n) if p != r]
         self.waitall(reqs)
-        return list(out)
+        return rows
 
     def sendrecv(self, sbuf: np.ndarray, dst: int, rbuf: np.ndarray, src: int) -> None:
         self.waitall([self.irecv(rbuf, src), self.isend(sbuf, dst)])

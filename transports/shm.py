@@ -81,6 +81,20 @@ def _settings() -> tuple[int, int, int]:
     return slot_bytes, nslots, max(0, cma_bytes)
 
 
+def rank0_settings(mpicomm, read):
+    """``read()`` on rank 0, broadcast; or rank 0's ValueError raised on every rank."""
+    settings = None
+    if mpicomm.Get_rank() == 0:
+        try:
+            settings = read()
+        except ValueError as e:
+            settings = str(e)
+    settings = mpicomm.bcast(settings)
+    if isinstance(settings, str):  # every rank raises rank 0's complaint
+        raise ValueError(settings)
+    return settings
+
+
 class ShmTransport(Transport):
     name = "shm"
 
@@ -90,16 +104,7 @@ class ShmTransport(Transport):
             raise ValueError(f"transport='shm' needs an x86-64 Linux host (this is "
                              f"{platform.machine()}); use transport='mpi'")
         # rank 0's settings hold for all: the layout must be the same everywhere
-        settings = None
-        if self.rank == 0:
-            try:
-                settings = _settings()
-            except ValueError as e:
-                settings = str(e)
-        settings = mpicomm.bcast(settings)
-        if isinstance(settings, str):  # every rank raises rank 0's complaint
-            raise ValueError(settings)
-        self.slot_bytes, self.nslots, cma_bytes = settings
+        self.slot_bytes, self.nslots, cma_bytes = rank0_settings(mpicomm, _settings)
         # messages of cma_bytes and more go by rendezvous: the receiver copies
         # them straight out of the sender's buffer (one copy instead of two)
         self.cma_bytes = cma_bytes if cma_bytes and _cma.works_between(mpicomm) else 0
@@ -211,11 +216,14 @@ class _Channel:
                      for k in range(t.nslots)]
 
 
-EAGER, RENDEZVOUS = 0, 1  # slot kinds: data in the slot / (pid, address) of the data
+# slot kinds: data in the slot / (pid, address) of the data / data in the
+# sender's device slot of the same index (the cuda transport, transports/cuda.py)
+EAGER, RENDEZVOUS, DEVICE = 0, 1, 2
 
 
 class _Send(Request):
     __slots__ = ("ep", "peer", "data", "tag", "off", "chunks", "finished", "rndv", "target")
+    dev = False  # device data (the cuda transport's subclass)
 
     def __init__(self, ep, peer, data, tag):
         self.ep, self.peer, self.data, self.tag = ep, peer, data, tag
@@ -237,6 +245,7 @@ class _Recv(Request):
 
     __slots__ = ("ep", "peer", "tag", "out", "acc", "op", "total", "off",
                  "finished", "source")
+    dev = False
 
     def __init__(self, ep, peer, tag, out, acc=None, op=None):
         self.ep, self.peer, self.tag = ep, peer, tag
@@ -280,6 +289,7 @@ class _Unexpected:
     """A point-to-point message that arrived before its receive was posted."""
 
     __slots__ = ("tag", "total", "off", "buf", "finished", "waiter")
+    dev = False
 
     def __init__(self, tag, total):
         self.tag, self.total, self.off = tag, total, 0
@@ -297,6 +307,8 @@ class _Unexpected:
 
 
 class ShmEndpoint(Endpoint):
+    dev_slot_bytes = 0  # the cuda transport's device chunk size (none here)
+
     def __init__(self, t: ShmTransport, ctx: int, strict: bool):
         self.t, self.ctx, self.strict = t, ctx, strict
         self.rank, self.size = t.rank, t.size
@@ -324,11 +336,14 @@ class ShmEndpoint(Endpoint):
 
     def isend(self, buf, peer, tag=None) -> Request:
         self._check_peer(peer)
-        op = _Send(self, peer, _bytes(buf), self.tag if tag is None else tag)
+        return self._enqueue(_Send(self, peer, _bytes(buf), self.tag if tag is None else tag))
+
+    def _enqueue(self, op: "_Send") -> Request:
+        """Queue a send behind the others to its peer; start it if it is first."""
         with self.lock:
-            self.sendq[peer].append(op)
-            if len(self.sendq[peer]) == 1:
-                self._push(peer)
+            self.sendq[op.peer].append(op)
+            if len(self.sendq[op.peer]) == 1:
+                self._push(op.peer)
         return op
 
     def irecv(self, out, peer, tag=None) -> Request:
@@ -370,6 +385,10 @@ class ShmEndpoint(Endpoint):
             if s.rndv:
                 ch.data[k][:16].view(np.int64)[:] = (os.getpid(), s.data.ctypes.data)
                 ch.hdr[k][:] = (s.tag, s.data.nbytes, 0, 16, RENDEZVOUS)
+            elif s.dev:  # the chunk goes into this rank's device slot k
+                n = self._fill_device(peer, k, s)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, DEVICE)
+                s.off += n
             else:
                 n = min(ch.slot_bytes, s.data.nbytes - s.off)
                 if n:
@@ -421,7 +440,7 @@ class ShmEndpoint(Endpoint):
             if cur is None:
                 if off != 0:
                     raise self._corrupt(peer, f"message starts at offset {off}")
-                cur = self._match(peer, tag, total)
+                cur = self._match(peer, tag, total, kind)
                 if cur is None:
                     break  # collective data waits in its slot for its receive
                 self.incoming[peer] = cur
@@ -432,6 +451,10 @@ class ShmEndpoint(Endpoint):
             elif kind == EAGER and off == cur.off and n == min(ch.slot_bytes, total - off) \
                     and total == cur.total and tag == cur.tag:
                 cur.consume(ch.data[k][:n])
+            elif kind == DEVICE and self.dev_slot_bytes and off == cur.off \
+                    and n == min(self.dev_slot_bytes, total - off) and total == cur.total \
+                    and tag == cur.tag:
+                self._drain_device(peer, k, cur, n)
             else:
                 raise self._corrupt(peer, f"slot (kind {kind}, tag {tag}, {total} bytes, "
                                           f"offset {off}, {n} bytes) does not continue the message")
@@ -464,7 +487,7 @@ class ShmEndpoint(Endpoint):
             raise CollectiveError(f"reading rank {peer}'s message failed: {e}",
                                   ranks=[peer]) from None
 
-    def _match(self, peer: int, tag: int, total: int):
+    def _match(self, peer: int, tag: int, total: int, kind: int = EAGER):
         posted = self.posted[peer]
         if self.strict:
             if not posted:
@@ -482,9 +505,12 @@ class ShmEndpoint(Endpoint):
                 return r
         if not 0 <= total <= MAX_MESSAGE_BYTES:
             raise self._corrupt(peer, f"message of {total} bytes")
-        m = _Unexpected(tag, total)
+        m = self._unexpected_message(tag, total, kind)
         self.unexpected[peer].append(m)
         return m
+
+    def _unexpected_message(self, tag: int, total: int, kind: int) -> "_Unexpected":
+        return _Unexpected(tag, total)
 
     def _check_total(self, r: _Recv, total: int) -> None:
         if total != r.total:

@@ -1,0 +1,100 @@
+"""Checks of CuPy arrays on the cuda transport, run under mpiexec by test_cuda.py.
+
+    mpiexec -n N python tests/cuda_checks.py
+
+Bad input (each raises before any byte moves), numpy arrays beside CuPy
+ones on one communicator, CuPy arrays refused by a host-only transport, and
+numpy and CuPy arrays mixed between ranks (a CollectiveError, not a hang).
+Prints one line per failure; exit status 1 if any.
+"""
+from __future__ import annotations
+
+import sys
+
+import cupy
+import numpy as np
+
+import collectives as cc
+
+
+def bad_inputs(comm):
+    """(description, call, exception, words of the message)."""
+    x = cupy.ones(6)
+    yield "strided x", lambda: comm.all_reduce(cupy.ones(12)[::2]), ValueError, ["x", "C-contiguous"]
+    yield "numpy out for CuPy x", lambda: comm.all_reduce(x, out=np.ones(6)), TypeError, \
+        ["out", "numpy", "CuPy"]
+    yield "CuPy out for numpy x", lambda: comm.all_gather(np.ones(6), out=cupy.ones((comm.size, 6))), \
+        TypeError, ["out", "CuPy"]
+    yield "out dtype", lambda: comm.all_reduce(x, out=cupy.ones(6, np.float32)), TypeError, \
+        ["out", "dtype"]
+    yield "out shape", lambda: comm.all_reduce(x, out=cupy.ones(5)), ValueError, ["out", "shape"]
+    ov = cupy.ones(8)
+    yield "partial overlap", lambda: comm.all_reduce(ov[:6], out=ov[2:]), ValueError, ["overlaps"]
+    yield "bool dtype", lambda: comm.broadcast(cupy.ones(3, bool)), TypeError, ["buf", "dtype"]
+    yield "max on complex", lambda: comm.all_reduce(cupy.ones(3, complex), op="max"), TypeError, \
+        ["max", "complex"]
+    if comm.size > 1:
+        blocks = cupy.ones((comm.size, 2))
+        yield "reduce_scatter skewed in place", \
+            lambda: comm.reduce_scatter(blocks, out=blocks.reshape(-1)[1:3]), ValueError, \
+            ["overlap"]
+        yield "send to self", lambda: comm.send(x, comm.rank), ValueError, ["dst"]
+
+
+def main() -> int:
+    fails = []
+    with cc.init(transport="cuda") as comm:
+        n, r = comm.size, comm.rank
+        before = comm.traffic
+        for desc, fn, exc, words in bad_inputs(comm):
+            try:
+                fn()
+            except exc as e:
+                if not all(w in str(e) for w in words):
+                    fails.append(f"{desc}: message {e!r} lacks {words}")
+            except Exception as e:
+                fails.append(f"{desc}: {type(e).__name__} {e}, expected {exc.__name__}")
+            else:
+                fails.append(f"{desc}: no error")
+        if comm.traffic != before:
+            fails.append(f"bytes moved during bad calls: {comm.traffic - before}")
+        # numpy and CuPy arrays on one communicator, one after the other
+        h = comm.all_reduce(np.full(5, r + 1.0))
+        d = comm.all_reduce(cupy.full(5, r + 1.0))
+        if not isinstance(h, np.ndarray) or not isinstance(d, cupy.ndarray) or \
+                not np.array_equal(h, cupy.asnumpy(d)) or h[0] != n * (n + 1) / 2:
+            fails.append(f"numpy then CuPy all_reduce: {h!r} {d!r}")
+        # the result is ready on the caller's stream as soon as the call returns
+        s = cupy.cuda.Stream(non_blocking=True)
+        with s:
+            big = cupy.arange(1 << 22, dtype=np.float64)
+            got = comm.all_reduce(big * (r + 1))
+            ok = bool(cupy.all(got == big * (n * (n + 1) // 2)))
+        if not ok:
+            fails.append("all_reduce on a non-default stream gave a wrong result")
+    with cc.init(transport="shm") as host:
+        try:
+            host.all_reduce(cupy.ones(3))
+            fails.append("a CuPy array was accepted by transport='shm'")
+        except TypeError as e:
+            if "cuda" not in str(e):
+                fails.append(f"CuPy on shm: {e}")
+    if n > 1:  # rank 0 sends host memory where rank 1 expects device memory
+        with cc.init(transport="cuda", timeout=10) as comm:
+            if r == 0:
+                comm.send(np.ones(1000), 1)
+            elif r == 1:
+                try:
+                    comm.recv(cupy.empty(1000), 0)
+                    fails.append("host data was received into device memory")
+                except cc.CollectiveError as e:
+                    if "mixed" not in str(e):
+                        fails.append(f"mixed kinds between ranks: {e}")
+            comm.barrier()
+    for f in fails:
+        print(f"FAIL rank {r}: {f}", flush=True)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The cuda transport: CuPy arrays between processes through CUDA IPC.
+
+* On a GPU (CuPy installed and a CUDA device visible): the conformance
+  families on CuPy arrays at N = 2 and 4, the traffic formulas on CuPy
+  arrays, and the CuPy checks of tests/cuda_checks.py (bad input, numpy
+  beside CuPy, kinds mixed between ranks, a caller's own stream).  Skipped,
+  with the reason, where CuPy or a GPU is missing.
+* Everywhere: the same jobs over tests/standin, a host stand-in for CuPy,
+  which runs the transport's protocol (device slots, IPC handles, events,
+  chunking, counters, errors) without a GPU, though not the GPU's ordering;
+  and the error that transport='cuda' gives without CuPy or a GPU.
+"""
+import json
+import os
+import tempfile
+
+import pytest
+
+import collectives as cc
+from conformance import FAMILIES
+from conftest import STANDIN, check_family, standin_env
+from launch import run_mpi, shm_files
+from transports.cuda import probe
+
+
+MISSING = probe()  # None where CuPy and a GPU are here, else why not
+gpu = pytest.mark.skipif(MISSING is not None, reason=f"needs a GPU: {MISSING}")
+# (transport key for conftest, extra environment): the real thing and the stand-in
+SIDES = [pytest.param("cuda", {}, marks=gpu, id="gpu"),
+         pytest.param(STANDIN, None, id="standin")]
+
+
+def _env(extra):
+    return standin_env() if extra is None else extra
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("side,extra", SIDES)
+def test_family_on_cupy_arrays(conformance, side, extra, n, family):
+    check_family(conformance(n, side), family)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("side,extra", SIDES)
+def test_bytes_per_algorithm_on_cupy_arrays(side, extra, n):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "traffic.json")
+        p = run_mpi(n, ["tests/traffic.py", "cuda", out], timeout=300, **_env(extra))
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+        with open(out) as f:
+            res = json.load(f)
+    assert res["checked"] > 0
+    assert not res["failures"], "\n".join(res["failures"][:30])
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+@pytest.mark.parametrize("side,extra", SIDES)
+def test_cupy_checks(side, extra, n):
+    before = shm_files() | shm_files("standin-cuda-")
+    p = run_mpi(n, ["tests/cuda_checks.py"], timeout=120, **_env(extra))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert shm_files() | shm_files("standin-cuda-") <= before, "segments left in /dev/shm"
+
+
+@pytest.mark.skipif(MISSING is None, reason="CuPy and a GPU are here")
+def test_cuda_without_cupy_or_gpu_says_why():
+    with pytest.raises(ValueError) as e:
+        cc.init(transport="cuda")
+    msg = str(e.value)
+    assert "transport='cuda'" in msg and ("CuPy" in msg or "CUDA" in msg), msg
+
+
+def test_auto_stays_on_shared_memory_without_cupy():
+    p = run_mpi(2, ["-c", "import collectives as cc; c = cc.init(); "
+                          "print(f'<{c.transport}>', flush=True); c.close()"], timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count("<shm>") == 2, p.stdout
