@@ -16,6 +16,12 @@ def pad_to(n: int, k: int) -> int:
     return -(-n // k) * k
 
 
+def split_rows(rows: int, parts: int) -> list[int]:
+    """Offsets of ``parts`` near-equal row ranges (the first ones larger)."""
+    q, r = divmod(rows, parts)
+    return [i * q + min(i, r) for i in range(parts + 1)]
+
+
 def buckets(sizes: list[int], bucket_bytes: int, itemsize: int) -> list[list[int]]:
     """Parameter indices in reverse order (the order backward produces their
     gradients), cut into buckets of at least ``bucket_bytes``; a parameter is

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from collectives.ranks import block_bounds
-
+from ..layout import split_rows
 from ..mixed import LossScaler
 from ..model import MLP, ModelConfig, Teacher
 
@@ -81,7 +80,7 @@ class Strategy:
     # -- data ---------------------------------------------------------------------
     def rows(self) -> tuple[int, int]:
         """This rank's rows of every micro-batch."""
-        b = block_bounds(self.micro_rows, self.n)
+        b = split_rows(self.micro_rows, self.n)
         return b[self.rank], b[self.rank + 1]
 
     def data(self, step: int, k: int):

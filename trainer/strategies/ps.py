@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collectives.ranks import block_bounds
-
-from ..layout import Layout
+from ..layout import Layout, split_rows
 from ..mixed import Adam, finite
 from .base import F16, F32, CastWeights, Strategy, put
 
@@ -52,7 +50,7 @@ class ParameterServer(Strategy):
     def rows(self):
         if self.n == 1:
             return 0, self.micro_rows
-        b = block_bounds(self.micro_rows, self.n - 1)
+        b = split_rows(self.micro_rows, self.n - 1)
         return b[self.rank - 1], b[self.rank]
 
     def _compute(self, step: int, params16: np.ndarray, scale: float) -> float:
