@@ -157,10 +157,12 @@ class Communicator:
         return self._device is not None and not isinstance(a, np.ndarray)
 
     def _run(self, call: str, body: Callable[[Any], Any], async_op: bool,
-             on_device: bool = False):
+             on_device: bool = False, ieee: bool = False):
         """Queue ``body(endpoint)`` as the next collective of this communicator.
         ``on_device``: the arrays are CuPy's; the transport orders the call's
-        GPU work after the caller's and returns once it is done."""
+        GPU work after the caller's and returns once it is done.  ``ieee``: a
+        floating reduction, whose overflow to inf is a result (as in MPI and
+        NCCL), not a warning numpy should print on some rank's worker thread."""
         if on_device:
             body = self._t.on_device(body, call)
         self._seq += 1
@@ -173,6 +175,9 @@ class Communicator:
             ep.tag = seq
             self._t.set_arrived(seq)
             try:
+                if ieee:
+                    with np.errstate(all="ignore"):
+                        return body(ep)
                 return body(ep)
             except CollectiveError as e:
                 e.call = e.call or call
@@ -277,7 +282,7 @@ class Communicator:
             if of is not None:
                 self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x))
+        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc")
 
     def all_gather(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -318,7 +323,7 @@ class Communicator:
             alg(ep, xf, of, uf)
             self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x))
+        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc")
 
     def all_to_all(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -353,7 +358,7 @@ class Communicator:
             alg(ep, of, uf)
             self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x))
+        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc")
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False):
         """Return once every rank has entered the barrier."""

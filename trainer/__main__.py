@@ -16,6 +16,12 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
 
+# The collectives of an overlapped step run on the communicator's worker
+# thread, which needs the GIL between numpy calls; a short switch interval
+# lets it in while the main thread runs backward (the default is 5 ms).
+SWITCH_INTERVAL = 0.0005
+
+
 def train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainer",
                                 description="Data-parallel training on the collectives "
@@ -73,6 +79,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         train_parser().error(str(e))
     from .train import run
+    sys.setswitchinterval(SWITCH_INTERVAL)
     run(cfg, progress=not a.quiet, json_path=a.json, transport=a.transport)
     return 0
 
