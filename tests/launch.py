@@ -35,3 +35,16 @@ def shm_files(prefix: str = "collectives-") -> set[str]:
         return {f for f in os.listdir("/dev/shm") if f.startswith(prefix)}
     except FileNotFoundError:
         return set()
+
+
+def finish(out_path: str, results, rank: int, *comms) -> int:
+    """End of an mpiexec check script: rank 0 writes ``results`` as JSON, and
+    every communicator given (None for one a rank is not in) is closed."""
+    import json
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(results, f)
+    for c in comms:
+        if c is not None:
+            c.close()
+    return 0

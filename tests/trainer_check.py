@@ -9,7 +9,6 @@ to OUT.json; tests/test_trainer.py asserts on it.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -18,6 +17,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import collectives as cc  # noqa: E402
+from launch import finish  # noqa: E402
 from trainer.model import MLP, ModelConfig  # noqa: E402
 from trainer.strategies import STRATEGIES  # noqa: E402
 from trainer.strategies.base import TrainConfig  # noqa: E402
@@ -92,12 +92,7 @@ def main() -> int:
                         "losses": [s["loss"] for s in rep["steps"]],
                         "report": {k: rep[k] for k in ("traffic", "memory", "padding_elements",
                                                        "params", "accum", "staleness")}})
-        with open(out_path, "w") as f:
-            json.dump(results, f)
-    if solo is not None:
-        solo.close()
-    comm.close()
-    return 0
+    return finish(out_path, results, r, solo, comm)
 
 
 if __name__ == "__main__":

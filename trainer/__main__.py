@@ -27,11 +27,13 @@ def train_parser() -> argparse.ArgumentParser:
                                 description="Data-parallel training on the collectives "
                                             "(under mpiexec), with traffic and memory "
                                             "measured against the formulas.")
-    p.add_argument("--strategy", default="ddp", choices=["ps", "ddp", "zero1", "zero2", "zero3"])
+    p.add_argument("--strategy", default="ddp",
+                   choices=["ps", "ddp", "zero1", "zero2", "zero3", "pipeline", "tensor"])
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batch", type=int, default=64, help="global samples per step")
+    p.add_argument("--batch", type=int, default=None,
+                   help="global samples per step (default 64; 512 for pipeline, tensor)")
     p.add_argument("--accum", type=int, default=1, help="micro-batches per step")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=None, help="default 1e-3 (3e-3 for pipeline, tensor)")
     p.add_argument("--bucket-mb", type=float, default=4.0, help="gradient bucket size (ddp, zero1, zero2)")
     p.add_argument("--no-overlap", action="store_true",
                    help="start the gradient collectives after backward instead of during it")
@@ -48,15 +50,45 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm", default="ring",
                    help="algorithm of every collective ('auto' lets the library choose)")
     p.add_argument("--transport", default="auto", choices=["auto", "shm", "mpi"])
+    g = p.add_argument_group("pipeline, tensor and the process grid (a small next-token model)")
+    g.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved"])
+    g.add_argument("--micro-batches", type=int, default=4, help="m, per step")
+    g.add_argument("--chunks", type=int, default=2, help="v, model chunks per rank (interleaved)")
+    g.add_argument("--dp", type=int, help="data-parallel replicas (default: 1)")
+    g.add_argument("--tp", type=int, help="tensor-parallel ranks (default: N for tensor)")
+    g.add_argument("--pp", type=int, help="pipeline stages (default: N for pipeline)")
+    g.add_argument("--vocab", type=int, default=256)
+    g.add_argument("--d-model", type=int, default=256)
+    g.add_argument("--ffn", type=int, default=1024, help="hidden units of each block")
+    g.add_argument("--blocks", type=int, default=8)
+    g.add_argument("--timeline", metavar="FILE.png",
+                   help="draw each rank's forward, backward and idle time (needs matplotlib)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 
 
+def grid_config_from(a, n: int):
+    from .grid import GridConfig
+    from .tensor_parallel import LMConfig
+    dp, tp, pp = a.dp, a.tp, a.pp
+    if dp is None and tp is None and pp is None:
+        dp, tp, pp = 1, (n if a.strategy == "tensor" else 1), (n if a.strategy == "pipeline" else 1)
+    else:
+        dp, tp, pp = dp or 1, tp or 1, pp or 1
+    return GridConfig(dp=dp, tp=tp, pp=pp, schedule=a.schedule, micro_batches=a.micro_batches,
+                      chunks=a.chunks, steps=a.steps, batch=a.batch or 512,
+                      lr=3e-3 if a.lr is None else a.lr,
+                      algorithm=None if a.algorithm == "auto" else a.algorithm,
+                      model=LMConfig(vocab=a.vocab, d=a.d_model, hidden=a.ffn, blocks=a.blocks,
+                                     seed=a.seed))
+
+
 def config_from(a):
     from .model import ModelConfig
     from .strategies.base import TrainConfig
-    return TrainConfig(strategy=a.strategy, steps=a.steps, batch=a.batch, accum=a.accum, lr=a.lr,
+    lr = 1e-3 if a.lr is None else a.lr
+    return TrainConfig(strategy=a.strategy, steps=a.steps, batch=a.batch or 64, accum=a.accum, lr=lr,
                        bucket_mb=a.bucket_mb, overlap=not a.no_overlap,
                        staleness=0 if a.sync else a.staleness, loss_scale=a.loss_scale,
                        algorithm=a.algorithm,
@@ -73,6 +105,8 @@ def main(argv=None) -> int:
         from .scaling import main as sc
         return sc(argv[1:])
     a = train_parser().parse_args(argv)
+    if a.strategy in ("pipeline", "tensor"):
+        return _grid(a)
     cfg = config_from(a)
     try:
         cfg.check()
@@ -81,6 +115,22 @@ def main(argv=None) -> int:
     from .train import run
     sys.setswitchinterval(SWITCH_INTERVAL)
     run(cfg, progress=not a.quiet, json_path=a.json, transport=a.transport)
+    return 0
+
+
+def _grid(a) -> int:
+    import collectives as cc
+    from .grid import train
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    with cc.init(transport=a.transport) as comm:
+        cfg = grid_config_from(a, comm.size)
+        try:
+            cfg.check(comm.size)
+        except ValueError as e:
+            if comm.rank == 0:
+                print(f"python -m trainer: error: {e}", file=sys.stderr)
+            return 2
+        train(comm, cfg, progress=not a.quiet, json_path=a.json, timeline_path=a.timeline)
     return 0
 
 
