@@ -121,6 +121,12 @@ def main(argv=None) -> int:
 def _grid(a) -> int:
     import collectives as cc
     from .grid import train
+    if a.timeline:
+        import importlib.util
+        if importlib.util.find_spec("matplotlib") is None:
+            print("python -m trainer: error: --timeline needs matplotlib "
+                  "(pip install '.[plot]')", file=sys.stderr)
+            return 2
     sys.setswitchinterval(SWITCH_INTERVAL)
     with cc.init(transport=a.transport) as comm:
         cfg = grid_config_from(a, comm.size)
