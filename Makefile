@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 
-.PHONY: test bench bench-all benchmark-micro venv clean
+.PHONY: test bench bench-all benchmark-micro soak venv clean
 
 venv: $(VENV)/.installed
 
@@ -25,6 +25,11 @@ bench-all: venv
 
 benchmark-micro: venv
 	$(PY) -m pytest bench/micro --benchmark-only
+
+# not part of make test: 10,000 random collectives, every result checked, and
+# descriptors, memory and /dev/shm watched (a minute or two on 2 cores)
+soak: venv
+	$(MPIEXEC) -n 4 $(PY) tests/soak.py --calls 10000
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -505,7 +505,12 @@ class ShmEndpoint(Endpoint):
                 return r
         if not 0 <= total <= MAX_MESSAGE_BYTES:
             raise self._corrupt(peer, f"message of {total} bytes")
-        m = self._unexpected_message(tag, total, kind)
+        try:
+            m = self._unexpected_message(tag, total, kind)
+        except MemoryError:
+            raise CollectiveError(f"rank {peer} sent a message of {total} bytes with tag {tag} "
+                                  f"before its receive was posted, and there is no memory to "
+                                  f"hold it", ranks=[peer]) from None
         self.unexpected[peer].append(m)
         return m
 
