@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import sys
 import weakref
 from typing import Any, Callable
 
@@ -12,7 +13,7 @@ import numpy as np
 from transports import CollectiveError, KINDS, Transport, open_transport
 from transports.base import broken_error
 
-from . import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather,
+from . import (all_gather, all_reduce, all_to_all, barrier, broadcast, debug, gather,
                reduce, reduce_scatter)
 from . import validate as v
 from .arrays import empty
@@ -61,14 +62,19 @@ def _close_all() -> None:  # before mpi4py finalizes MPI
             pass
 
 
-def init(transport: str = "auto", timeout: float | None = None) -> "Communicator":
+def init(transport: str = "auto", timeout: float | None = None,
+         debug: bool | None = None) -> "Communicator":
     """Join the job launched by mpiexec and connect all its ranks.
 
     ``transport``: "auto" (shared memory when every rank is on one host, MPI
     otherwise), "shm", "mpi" or "cuda".  ``timeout``: seconds a rank waits
     for its peers without progress before CollectiveTimeout (default
-    $COLLECTIVES_TIMEOUT, else 300).
+    $COLLECTIVES_TIMEOUT, else 300).  ``debug``: check before every
+    collective that all ranks called the same thing (default
+    $COLLECTIVES_DEBUG=1; collectives/debug.py).
     """
+    if debug is None:
+        debug = os.environ.get("COLLECTIVES_DEBUG", "0") not in ("", "0")
     if transport not in KINDS:
         raise ValueError(f"init: transport must be one of {KINDS}, got {transport!r}")
     if timeout is None:
@@ -81,13 +87,38 @@ def init(transport: str = "auto", timeout: float | None = None) -> "Communicator
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
         raise ValueError(f"init: timeout must be a positive number of seconds, got {timeout!r}")
     from mpi4py import MPI
+    _abort_on_uncaught(MPI)
     mpicomm = MPI.COMM_WORLD.Dup()
     try:
         t = open_transport(transport, mpicomm, float(timeout))
     except BaseException:
         mpicomm.Free()
         raise
-    return Communicator(mpicomm, t)
+    return Communicator(mpicomm, t, bool(debug))
+
+
+def _abort_on_uncaught(MPI) -> None:
+    """An exception that no code catches on one rank ends the whole job
+    (MPI_Abort) instead of leaving the others waiting for it until their
+    timeout; COLLECTIVES_ABORT_ON_EXCEPTION=0 turns this off.  Installed once,
+    in front of whatever sys.excepthook was (which still prints the error)."""
+    if getattr(sys.excepthook, "_collectives", False):
+        return
+    if os.environ.get("COLLECTIVES_ABORT_ON_EXCEPTION", "1") in ("0", ""):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        world = MPI.COMM_WORLD
+        if MPI.Is_initialized() and not MPI.Is_finalized() and world.Get_size() > 1:
+            sys.stderr.write(f"collectives: uncaught {kind.__name__} on rank {world.Get_rank()}: "
+                             "aborting the job (MPI_Abort); set "
+                             "COLLECTIVES_ABORT_ON_EXCEPTION=0 to let the other ranks wait\n")
+            sys.stderr.flush()
+            world.Abort(1)
+    hook._collectives = True
+    sys.excepthook = hook
 
 
 class Communicator:
@@ -98,7 +129,9 @@ class Communicator:
     (reducing and gathering calls) ``algorithm``; see API.md.
     """
 
-    def __init__(self, mpicomm, transport: Transport):
+    def __init__(self, mpicomm, transport: Transport, debug: bool = False):
+        self._debug = debug
+        self._alg_name = ""
         self._mpi = mpicomm
         self._t = transport
         self.rank: int = transport.rank
@@ -148,6 +181,7 @@ class Communicator:
     def _pick(self, call: str, algorithm, nbytes: int):
         table, choose = _FAMILIES[call]
         name = v.algorithm(call, algorithm, table) or choose(nbytes, self.size)
+        self._alg_name = name
         if nbytes == 0 and call != "barrier":
             return _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
         return table[name]
@@ -157,7 +191,7 @@ class Communicator:
         return self._device is not None and not isinstance(a, np.ndarray)
 
     def _run(self, call: str, body: Callable[[Any], Any], async_op: bool,
-             on_device: bool = False, ieee: bool = False):
+             on_device: bool = False, ieee: bool = False, sig: tuple = (0, None, None, None)):
         """Queue ``body(endpoint)`` as the next collective of this communicator.
         ``on_device``: the arrays are CuPy's; the transport orders the call's
         GPU work after the caller's and returns once it is done.  ``ieee``: a
@@ -167,14 +201,20 @@ class Communicator:
             body = self._t.on_device(body, call)
         self._seq += 1
         seq = self._seq
+        mine = None
+        if self._debug:  # what every rank must agree on (collectives/debug.py)
+            mine = debug.signature(call, seq, *sig, self._alg_name, self.algorithms(call))
 
         def task():
             if self._broken is not None:
                 raise broken_error(self._broken)
             ep = self._t.coll
             ep.tag = seq
+            ep.what = call  # named in stall reports and timeout errors
             self._t.set_arrived(seq)
             try:
+                if mine is not None:
+                    debug.check(ep.exchange(mine), self.algorithms)
                 if ieee:
                     with np.errstate(all="ignore"):
                         return body(ep)
@@ -212,7 +252,8 @@ class Communicator:
         def body(ep):
             alg(ep, flat, root)
             return buf
-        return self._run(c, body, async_op, self._on_device(buf))
+        return self._run(c, body, async_op, self._on_device(buf),
+                         sig=(buf.size, buf.dtype, None, root))
 
     def scatter(self, x, out: np.ndarray, root: int = 0, *, algorithm: str | None = None,
                 async_op: bool = False):
@@ -237,7 +278,8 @@ class Communicator:
         def body(ep):
             alg(ep, xf, of, root)
             return out
-        return self._run(c, body, async_op, self._on_device(out))
+        return self._run(c, body, async_op, self._on_device(out),
+                         sig=(out.size, out.dtype, None, root))
 
     def gather(self, x: np.ndarray, out: np.ndarray | None = None, root: int = 0, *,
                algorithm: str | None = None, async_op: bool = False):
@@ -257,7 +299,8 @@ class Communicator:
         def body(ep):
             alg(ep, xf, of, root)
             return out
-        return self._run(c, body, async_op, self._on_device(x))
+        return self._run(c, body, async_op, self._on_device(x),
+                         sig=(x.size, x.dtype, None, root))
 
     def reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", root: int = 0, *,
                algorithm: str | None = None, async_op: bool = False):
@@ -282,7 +325,8 @@ class Communicator:
             if of is not None:
                 self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc")
+        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc",
+                         sig=(x.size, x.dtype, o, root))
 
     def all_gather(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -301,7 +345,8 @@ class Communicator:
         def body(ep):
             alg(ep, xf, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x))
+        return self._run(c, body, async_op, self._on_device(x),
+                         sig=(x.size, x.dtype, None, None))
 
     def reduce_scatter(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,
                        algorithm: str | None = None, async_op: bool = False):
@@ -323,7 +368,8 @@ class Communicator:
             alg(ep, xf, of, uf)
             self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc")
+        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc",
+                         sig=(x.size, x.dtype, o, None))
 
     def all_to_all(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -339,7 +385,8 @@ class Communicator:
         def body(ep):
             alg(ep, xf, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x))
+        return self._run(c, body, async_op, self._on_device(x),
+                         sig=(x.size, x.dtype, None, None))
 
     def all_reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -358,7 +405,8 @@ class Communicator:
             alg(ep, of, uf)
             self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc")
+        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc",
+                         sig=(x.size, x.dtype, o, None))
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False):
         """Return once every rank has entered the barrier."""
@@ -431,7 +479,7 @@ class Communicator:
         except BaseException:
             sub.Free()
             raise
-        return Communicator(sub, t)
+        return Communicator(sub, t, self._debug)
 
     def close(self) -> None:
         """Finish pending calls and release the transport; idempotent."""

@@ -6,6 +6,15 @@ late:  the last rank never calls the collective; the others must raise
        CollectiveTimeout naming the call (and, on shm, the late rank).
 kill:  rank 1 SIGKILLs itself at a random moment inside a stream of
        collectives; every survivor must raise PeerFailure or CollectiveTimeout.
+raise: rank 1's transport raises after a random number of messages, inside
+       a collective of the stream; rank 1 leaves (as a program that does not
+       catch it would) and every survivor must raise PeerFailure or
+       CollectiveTimeout.
+trainer: rank 1 SIGKILLs itself at a random moment of a DDP training step.
+uncaught: rank 1 raises an uncaught exception while the others wait in a
+       barrier: the excepthook that cc.init installs aborts the whole job.
+stall: the last rank arrives late, but before the timeout; the others log
+       where they wait (COLLECTIVES_STALL_WARN) and finish normally.
 Every rank writes OUTDIR/rank<r>.json with its pid and what it saw, then
 leaves with os._exit (MPI cannot finalize with a dead peer).
 """
@@ -53,6 +62,10 @@ def stream(comm, calls: list[str]) -> None:
             comm.all_to_all(blocks)
         elif call == "reduce":
             comm.reduce(x, root=i % n)
+        elif call == "gather":
+            comm.gather(x[:50_000], root=i % n)
+        elif call == "scatter":
+            comm.scatter(blocks if r == i % n else None, np.empty(50_000, np.float32), root=i % n)
         elif call == "p2p":
             h = comm.isend(x, (r + 1) % n)
             comm.recv(np.empty_like(x), (r - 1) % n)
@@ -61,13 +74,34 @@ def stream(comm, calls: list[str]) -> None:
             comm.barrier()
 
 
+class InjectedFault(RuntimeError):
+    pass
+
+
+def inject(comm, after: int) -> None:
+    """Make this rank's transport raise on its ``after``-th message (or
+    exchange), inside whichever collective or send/recv it is in."""
+    count = [0]
+    for ep in (comm._t.coll, comm._t.p2p):
+        for name in ("isend", "irecv", "irecv_reduce", "exchange"):
+            real = getattr(ep, name)
+
+            def fail(*a, _real=real, **k):
+                count[0] += 1
+                if count[0] >= after:
+                    raise InjectedFault(f"injected fault at message {count[0]}")
+                return _real(*a, **k)
+            setattr(ep, name, fail)
+
+
 def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") -> None:
     # The launcher signals the survivors of a death (hydra: SIGUSR1, gforker:
     # SIGINT/SIGQUIT): ignore those so that the library's own detection is
     # what this tests.
-    for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    comm = cc.init(transport=transport, timeout=TIMEOUT)
+    if scenario != "uncaught":
+        for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+    comm = cc.init(transport=transport, timeout=60 if scenario == "uncaught" else TIMEOUT)
     r, n = comm.rank, comm.size
     write(outdir, r, state="started")
     t0 = time.monotonic()
@@ -87,11 +121,41 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
                 threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
             stream(comm, calls.split(","))
             write(outdir, r, state="no error")
+        elif scenario == "raise":
+            if r == 1:
+                inject(comm, random.Random(os.getpid()).randint(1, 60))
+            try:
+                stream(comm, calls.split(","))
+            except InjectedFault as e:
+                write(outdir, r, state="raised", message=str(e))
+                os._exit(1)
+            write(outdir, r, state="no error")
+        elif scenario == "trainer":
+            if r == 1:
+                delay = random.Random(os.getpid()).uniform(0.3, 1.5)
+                threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            from trainer.model import ModelConfig
+            from trainer.strategies.base import TrainConfig
+            from trainer.train import run
+            run(TrainConfig(strategy=calls, steps=10000, batch=32, bucket_mb=0.25,
+                            model=ModelConfig(d_in=64, width=256, layers=4, d_out=64)),
+                comm, progress=False, table=False)
+            write(outdir, r, state="no error")
+        elif scenario == "stall":
+            if r == n - 1:
+                time.sleep(float(os.environ["COLLECTIVES_STALL_WARN"]) + 0.7)
+            comm.all_reduce(np.ones(1000))
+            write(outdir, r, state="no error")
+        elif scenario == "uncaught":
+            if r == 1:
+                raise RuntimeError("an error in rank 1's own code")
+            comm.barrier()
+            write(outdir, r, state="no error")
     except cc.CollectiveError as e:
         write(outdir, r, state="error", error=type(e).__name__, message=str(e),
               call=e.call, ranks=e.ranks, seconds=time.monotonic() - t0,
               timeout_error=isinstance(e, TimeoutError))
-    linger(outdir, n, skip={1} if scenario == "kill" else {n - 1})
+    linger(outdir, n, skip={1} if scenario in ("kill", "raise", "trainer") else {n - 1})
     os._exit(0)
 
 

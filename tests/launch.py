@@ -29,6 +29,13 @@ def run_mpi(n: int, argv: list[str], timeout: float = 300, launcher: str = MPIEX
                           text=True, timeout=timeout)
 
 
+def start_mpi(n: int, argv: list[str], launcher: str = MPIEXEC, **env: str) -> subprocess.Popen:
+    """Start ``python argv...`` on ``n`` ranks without waiting for it."""
+    cmd = [launcher, "-n", str(n), sys.executable, *argv]
+    return subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(**env), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
 def shm_files(prefix: str = "collectives-") -> set[str]:
     """Our segments in /dev/shm (MPICH's own are ``mpich_shm_*``)."""
     try:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from launch import GFORKER, run_mpi, shm_files
+from launch import GFORKER, run_mpi, shm_files, start_mpi
 
 TIMEOUT = 3.0  # faults.TIMEOUT
 
@@ -66,6 +66,22 @@ def gone(pid: int, wait: float = 10.0) -> bool:
     return False
 
 
+def fault_job(n: int, scenario: str, transport: str, extra: list, victim: int = 1) -> dict:
+    """Run a fault scenario under gforker; return the reports once every
+    survivor has written its own (gforker itself lingers for seconds after a
+    rank dies, so it is stopped then; the ranks' exit is checked by pid)."""
+    with tempfile.TemporaryDirectory() as d:
+        p = start_mpi(n, ["tests/faults.py", scenario, transport, d, *extra], launcher=GFORKER)
+        try:
+            res = results(d, n, wait=TIMEOUT + 20, victim=victim)
+            for info in res.values():  # survivors linger on the reports in d
+                gone(info["pid"])
+        finally:
+            p.kill()
+            p.wait()
+    return res
+
+
 @pytest.mark.parametrize("transport", ["shm", "mpi"])
 @pytest.mark.parametrize("n", [3, 5])
 def test_late_rank_times_out(transport, n):
@@ -91,16 +107,66 @@ def test_late_rank_times_out(transport, n):
 @pytest.mark.parametrize("transport", ["shm", "mpi"])
 @pytest.mark.parametrize("n", [2, 4, 7])
 def test_killed_rank(transport, n, calls):
-    with tempfile.TemporaryDirectory() as d:
-        run_mpi(n, ["tests/faults.py", "kill", transport, d, calls], timeout=60,
-                launcher=GFORKER)
-        res = results(d, n, wait=TIMEOUT + 20, victim=1)
+    _survivors_fail(fault_job(n, "kill", transport, [calls]), n)
+
+
+FAMILIES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
+            "gather", "scatter", "barrier", "p2p"]
+
+
+def _survivors_fail(res: dict, n: int, victim: int = 1) -> None:
     assert set(res) == set(range(n)), f"ranks without a report: {set(range(n)) - set(res)}"
     for r, info in res.items():
-        if r == 1:
+        if r == victim:
             continue
         assert info["state"] == "error", (r, info)
         assert info["error"] in ("PeerFailure", "CollectiveTimeout"), (r, info)
         assert info["seconds"] < TIMEOUT + 15, (r, info)
     for info in res.values():
         assert gone(info["pid"]), f"process {info['pid']} is still running"
+
+
+@pytest.mark.parametrize("transport", ["shm", "mpi"])
+@pytest.mark.parametrize("mode", ["kill", "raise"])
+@pytest.mark.parametrize("i,family", list(enumerate(FAMILIES)))
+def test_fault_inside_each_collective(i, family, mode, transport):
+    """Rank 1 is SIGKILLed at a random moment, or its transport raises at a
+    random message, inside a stream of one collective; N runs over 2..8."""
+    n = 2 + (i + (mode == "raise") * 3 + (transport == "mpi") * 5) % 7
+    res = fault_job(n, mode, transport, [family])
+    if mode == "raise":
+        assert res.get(1, {}).get("state") == "raised", res.get(1)
+    _survivors_fail(res, n)
+
+
+@pytest.mark.parametrize("strategy,transport", [("ddp", "shm"), ("zero3", "mpi")])
+def test_fault_inside_a_trainer_step(strategy, transport):
+    _survivors_fail(fault_job(3, "trainer", transport, [strategy]), 3)
+
+
+def test_uncaught_exception_aborts_the_job():
+    """Without the excepthook the other ranks would wait in their barrier
+    for the 60 s timeout; with it mpiexec ends the job at once."""
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.monotonic()
+        p = run_mpi(3, ["tests/faults.py", "uncaught", "shm", d], timeout=60)
+        took = time.monotonic() - t0
+    assert p.returncode != 0
+    assert "aborting the job" in p.stderr and "an error in rank 1's own code" in p.stderr
+    assert took < 20, took
+
+
+@pytest.mark.parametrize("transport", ["shm", "mpi"])
+def test_stall_is_reported_once(transport):
+    n = 3
+    with tempfile.TemporaryDirectory() as d:
+        p = run_mpi(n, ["tests/faults.py", "stall", transport, d], timeout=60,
+                    COLLECTIVES_STALL_WARN="1")
+        res = results(d, n, wait=10, victim=n - 1)
+    assert all(res[r]["state"] == "no error" for r in range(n)), res
+    lines = [ln for ln in p.stderr.splitlines() if "has waited" in ln]
+    assert lines, p.stderr[-2000:]
+    for ln in lines:
+        assert "in all_reduce for rank(s) [2]" in ln, ln
+    # once per waiting rank and wait, not once per check
+    assert len(lines) <= 2 * (n - 1), lines

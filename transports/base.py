@@ -15,6 +15,7 @@ number of bytes that the sender sends.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Callable, Iterable, Sequence
@@ -22,6 +23,20 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from .errors import CollectiveError, CollectiveTimeout, PeerFailure
+
+log = logging.getLogger("collectives")
+
+
+def _stall_warn() -> float:
+    env = os.environ.get("COLLECTIVES_STALL_WARN") or "30"
+    try:
+        return float(env)
+    except ValueError:
+        raise ValueError(f"COLLECTIVES_STALL_WARN must be a number of seconds, got {env!r}") from None
+
+
+# seconds a rank waits (in one wait) before it logs where it is stuck, once
+STALL_WARN = _stall_warn()
 
 Reducer = Callable[..., np.ndarray]  # a binary numpy ufunc used as op(acc, x, out=acc)
 
@@ -159,11 +174,13 @@ class Deadline:
 
     CHECK_EVERY = 0.05  # seconds between liveness checks
 
-    def __init__(self, timeout: float):
-        self.timeout = timeout
+    def __init__(self, timeout: float, rank: int | None = None):
+        self.timeout, self.rank = timeout, rank
         now = time.monotonic()
+        self.started = now
         self.expires = now + timeout
         self.next_check = now + self.CHECK_EVERY
+        self.warned = False
 
     def progress(self) -> None:
         self.expires = time.monotonic() + self.timeout
@@ -181,6 +198,11 @@ class Deadline:
         dead = liveness.dead(peers())
         if dead:
             raise PeerFailure(f"rank(s) {dead} died during {what}", ranks=dead)
+        if not self.warned and now - self.started >= STALL_WARN:
+            self.warned = True  # once per wait
+            who = "this rank" if self.rank is None else f"rank {self.rank}"
+            log.warning("%s has waited %.0f s in %s for rank(s) %s (pid %d; the timeout is %g s)",
+                        who, now - self.started, what, missing(), os.getpid(), self.timeout)
         if now >= self.expires:
             late = missing()
             raise CollectiveTimeout(

@@ -220,7 +220,7 @@ class CudaTransport(ShmTransport):
             if polls < 64:
                 os.sched_yield()
                 continue
-            dl = dl or Deadline(self.timeout)
+            dl = dl or Deadline(self.timeout, self.rank)
             dl.check(self.liveness, lambda: peers, lambda: peers, ep.what)
             nap = min(0.001, nap * 2 or 2e-5)
             time.sleep(nap)

@@ -127,7 +127,7 @@ class MpiEndpoint(Endpoint):
 
     def waitall(self, reqs: Iterable[Request]) -> None:
         pending = [r for r in reqs if not r.finished]
-        dl = Deadline(self.t.timeout)
+        dl = Deadline(self.t.timeout, self.t.rank)
         polls, nap = 0, 0.0
         while pending:
             still = [r for r in pending if not r.test()]

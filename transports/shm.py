@@ -564,7 +564,7 @@ class ShmEndpoint(Endpoint):
         watch the doorbell (every event that can let us progress rings it),
         yielding the core to the ranks we wait for, then sleep on it."""
         t = self.t
-        dl = Deadline(t.timeout)
+        dl = Deadline(t.timeout, t.rank)
         while True:
             seen = t.doorbell()
             done, moved = step()
