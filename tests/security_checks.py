@@ -49,16 +49,17 @@ class Watch:
         self._comm, self._hook = comm, hook
         self.names: list[str] = []
 
-    def bcast(self, obj, root=0):
-        obj = self._comm.bcast(obj, root=root)
-        if isinstance(obj, str) and obj.startswith(shm.SHM_PREFIX):
-            self.names.append(obj)
-        return obj
+    def Bcast(self, buf, root=0):  # the start-up exchanges are JSON in byte buffers
+        self._comm.Bcast(buf, root=root)
+        if getattr(buf, "dtype", None) == np.uint8:
+            text = buf.tobytes().decode(errors="replace").strip('"')
+            if text.startswith(shm.SHM_PREFIX):
+                self.names.append(text)
 
-    def allreduce(self, obj, op):
+    def Allreduce(self, mine, every, op):
         if self.names:
             self._hook(os.path.join(shm.SHM_DIR, self.names[-1]))
-        return self._comm.allreduce(obj, op=op)
+        return self._comm.Allreduce(mine, every, op=op)
 
     def __getattr__(self, name):
         return getattr(self._comm, name)

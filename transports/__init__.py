@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 
+from . import _wire
 from .base import Endpoint, Request, Transport
 from .errors import CollectiveError, CollectiveTimeout, PeerFailure
 
@@ -19,7 +20,7 @@ KINDS = ("auto", "shm", "mpi", "cuda")
 def host_layout(mpicomm) -> tuple[list[int], list[bool], bool]:
     """Process ids of all ranks, which of them share this host, and whether all do."""
     me = (socket.gethostname(), os.getpid())
-    everyone = mpicomm.allgather(me)
+    everyone = _wire.allgather(mpicomm, me)
     local = [h == me[0] for h, _ in everyone]
     return [p for _, p in everyone], local, all(local)
 

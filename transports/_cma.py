@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from . import _wire
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -43,7 +45,7 @@ def works_between(mpicomm) -> bool:
     no ptrace restriction in the way)."""
     n, r = mpicomm.Get_size(), mpicomm.Get_rank()
     probe = np.array([0x5EED0000 + r], np.int64)
-    where = mpicomm.allgather((os.getpid(), probe.ctypes.data))
+    where = _wire.allgather(mpicomm, (os.getpid(), probe.ctypes.data))
     ok = True
     if n > 1:
         pid, addr = where[(r + 1) % n]
@@ -53,7 +55,6 @@ def works_between(mpicomm) -> bool:
             ok = int(got[0]) == 0x5EED0000 + (r + 1) % n
         except OSError:
             ok = False
-    from mpi4py import MPI
-    ok = mpicomm.allreduce(ok, op=MPI.LAND)  # also keeps probe alive until all have read
+    ok = _wire.all_true(mpicomm, ok)  # also keeps probe alive until all have read
     del probe
     return ok

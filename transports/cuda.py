@@ -42,6 +42,7 @@ import time
 
 import numpy as np
 
+from . import _wire
 from .base import Deadline, Endpoint, Request
 from .errors import CollectiveError
 from .shm import (DEVICE, ShmEndpoint, ShmTransport, _align, _env_int, _open_segment,
@@ -74,9 +75,8 @@ def probe() -> str | None:
 
 def wanted(mpicomm) -> bool:
     """For transport="auto": every rank has imported CuPy already and sees a GPU."""
-    from mpi4py import MPI
     mine = "cupy" in sys.modules and probe() is None
-    return bool(mpicomm.allreduce(mine, op=MPI.LAND))
+    return _wire.all_true(mpicomm, mine)
 
 
 def _settings() -> int:
@@ -88,7 +88,7 @@ def _settings() -> int:
 
 def _agree(mpicomm, error: str | None, what: str) -> None:
     """Raise on every rank if any rank failed (its message, or a pointer to it)."""
-    errors = mpicomm.allgather(error)
+    errors = _wire.allgather(mpicomm, error)
     bad = [(r, e) for r, e in enumerate(errors) if e]
     if bad:
         raise ValueError(f"{what}: " + "; ".join(f"rank {r}: {e}" for r, e in bad))

@@ -39,7 +39,7 @@ from typing import Iterable
 
 import numpy as np
 
-from . import _cma, _futex
+from . import _cma, _futex, _wire
 from .base import Deadline, Endpoint, Reducer, Request, Transport
 from .errors import CollectiveError, PeerFailure
 
@@ -89,7 +89,7 @@ def rank0_settings(mpicomm, read):
             settings = read()
         except ValueError as e:
             settings = str(e)
-    settings = mpicomm.bcast(settings)
+    settings = _wire.bcast(mpicomm, settings)
     if isinstance(settings, str):  # every rank raises rank 0's complaint
         raise ValueError(settings)
     return settings
@@ -658,7 +658,7 @@ def _open_segment(mpicomm, nbytes: int) -> mmap.mmap:
                 os.close(fd)
         except OSError as e:
             name, err = None, e
-    name = mpicomm.bcast(name, root=0)
+    name = _wire.bcast(mpicomm, name, root=0)
     if name is None:
         raise CollectiveError(f"could not create a shared-memory segment of {nbytes} "
                               f"bytes in {SHM_DIR}: {err or 'see rank 0'}")
@@ -675,7 +675,7 @@ def _open_segment(mpicomm, nbytes: int) -> mmap.mmap:
     except OSError as e:
         err = e
     try:
-        ok = mpicomm.allreduce(mm is not None, op=_mpi_land())
+        ok = _wire.all_true(mpicomm, mm is not None)
     finally:
         if rank == 0:
             try:
@@ -686,7 +686,3 @@ def _open_segment(mpicomm, nbytes: int) -> mmap.mmap:
         raise CollectiveError(f"a rank could not open the shared-memory segment: {err or 'see other ranks'}")
     return mm
 
-
-def _mpi_land():
-    from mpi4py import MPI
-    return MPI.LAND
