@@ -211,4 +211,8 @@ class Deadline:
 
 
 def broken_error(reason: BaseException) -> CollectiveError:
-    return CollectiveError(f"the communicator is unusable after an earlier error: {reason}")
+    """The error of a call on a communicator that an earlier error broke: of
+    the earlier error's class (a PeerFailure stays a PeerFailure), naming it."""
+    kind = type(reason) if isinstance(reason, CollectiveError) else CollectiveError
+    return kind(f"the communicator is unusable after an earlier error: {reason}",
+                ranks=getattr(reason, "ranks", ()))
