@@ -151,9 +151,11 @@ def test_uncaught_exception_aborts_the_job():
         t0 = time.monotonic()
         p = run_mpi(3, ["tests/faults.py", "uncaught", "shm", d], timeout=60)
         took = time.monotonic() - t0
+        states = [json.load(open(os.path.join(d, f)))["state"] for f in os.listdir(d)]
     assert p.returncode != 0
-    assert "aborting the job" in p.stderr and "an error in rank 1's own code" in p.stderr
     assert took < 20, took
+    assert "no error" not in states, states  # the others were ended inside their barrier
+    # (what rank 1 printed may be cut short: hydra tears the job down at once)
 
 
 @pytest.mark.parametrize("transport", ["shm", "mpi"])

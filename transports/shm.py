@@ -682,6 +682,8 @@ def _open_segment(mpicomm, nbytes: int) -> mmap.mmap:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+    # No rank returns (and so none can abort the job) before the name is gone.
+    mpicomm.Barrier()
     if not ok:
         raise CollectiveError(f"a rank could not open the shared-memory segment: {err or 'see other ranks'}")
     return mm
