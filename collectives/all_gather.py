@@ -2,7 +2,7 @@
 
 Bytes on the wire per rank, S = x.nbytes (one block; docs/algorithms.md):
   ring   (N-1) * S sent and received, in N-1 steps
-  direct (N-1) * S sent and received, in one round
+  direct (N-1) * S sent and received, in one round per exchange buffer
   bruck  (N-1) * S sent and received, in ceil(log2 N) steps
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from .ranks import chunks
 
 
 def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
@@ -36,17 +37,20 @@ def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 
 
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
-    """One round: every rank's block reaches every rank (ep.exchange)."""
+    """Every rank's block reaches every rank (ep.exchange), one round per
+    exchange-buffer-sized chunk."""
     m = x.size
-    for i, v in enumerate(ep.exchange(x)):
-        np.copyto(out[i * m:(i + 1) * m], v)
+    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize):
+        for i, v in enumerate(ep.exchange(x[lo:hi])):
+            np.copyto(out[i * m + lo:i * m + hi], v)
 
 
 ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct}
 
 
-def choose(nbytes: int, size: int) -> str:
+def choose(nbytes: int, size: int, shared: bool = False) -> str:
     """One round through the exchange buffers while a block fits them; then the
     ring (Bruck's fewer rounds lose to direct below and to the ring's single
-    copy per block above)."""
-    return "direct" if nbytes <= 32 * 1024 else "ring"
+    copy per block above).  Through shared memory, direct at every size from 3
+    ranks (it needs no context switch per step)."""
+    return "direct" if nbytes <= 32 * 1024 or (shared and size > 2) else "ring"

@@ -2,7 +2,7 @@
 
 Bytes on the wire per rank, S = buf.nbytes, N ranks, p2 the largest power of
 two <= N (see docs/algorithms.md):
-  direct              (N-1) * S, in one round
+  direct              (N-1) * S, in one round per exchange buffer
   ring                2(N-1)/N * S
   recursive_doubling  log2(p2) * S, plus S for each rank in the fold
   halving_doubling    2(p2-1)/p2 * S, plus S for each rank in the fold
@@ -14,7 +14,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .ranks import Fold, block_bounds
+from .ranks import Fold, block_bounds, chunks
 
 
 def ring(ep: Endpoint, buf: np.ndarray, op) -> None:
@@ -26,15 +26,100 @@ def ring(ep: Endpoint, buf: np.ndarray, op) -> None:
     _ring.all_gather(ep, buf, bounds, shift=owned - ep.rank)
 
 
-def direct(ep: Endpoint, buf: np.ndarray, op) -> None:
-    """One round: every rank's vector reaches every rank (ep.exchange), and each
-    reduces all N in rank order, so every rank gets the same bits."""
+def direct(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+    """Every rank's vector reaches every rank (ep.exchange: one copy into shared
+    memory, direct reads), a buffer-sized chunk per round, and each rank reduces
+    all N in rank order, so every rank gets the same bits.  ``src``: the input,
+    where it is not ``buf`` (saves copying it into ``buf`` first)."""
+    src = buf if src is None else src
     if ep.size == 1:
+        if src is not buf:
+            np.copyto(buf, src)
         return
-    v = ep.exchange(buf)
-    op(v[0], v[1], out=buf)
-    for x in v[2:]:
-        op(buf, x, out=buf)
+    for lo, hi in chunks(ep.chunk_bytes(buf), buf.size, buf.itemsize):
+        v = ep.exchange(src[lo:hi])
+        o = buf[lo:hi]
+        op(v[0], v[1], out=o)
+        for x in v[2:]:
+            op(o, x, out=o)
+
+
+direct.takes_src = True
+
+
+def two_shot(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+    """Reduce-scatter then all-gather through shared memory, pipelined so that
+    each round is one exchange: in round k a rank stages chunk k's N-1 pieces
+    that its peers reduce, and its own reduced piece of chunk k-1 (reduced in
+    rank order from the pieces its peers staged in round k-1, straight into
+    its exchange buffer); after the round every rank copies chunk k-1's
+    reduced pieces into ``buf``.  A rank reduces 1/N of the vector where
+    ``direct`` reduces all of it, so every rank does N times less arithmetic."""
+    src = buf if src is None else src
+    n, r, total = ep.size, ep.rank, buf.size
+    if n == 1:
+        if src is not buf:
+            np.copyto(buf, src)
+        return
+    align = max(1, 64 // buf.itemsize)
+    c = -(-total // n)
+    c = -(-c // align) * align  # a slot: the most one rank reduces per round
+    room = ep.chunk_bytes(buf)
+    if room:
+        c = min(c, max(align, room // (n * buf.itemsize) // align * align))
+    rounds = -(-total // (n * c))
+    res = (n - 1) * c  # the reduced piece's place in a stage; pieces before it
+
+    def piece(k: int, i: int) -> tuple[int, int]:  # near-equal pieces of chunk k
+        base = k * n * c
+        q, rem = divmod(max(0, min(total, base + n * c) - base), n)
+        lo = min(total, base + i * q + min(i, rem))
+        return lo, lo + q + (i < rem)
+
+    def slot(p: int) -> int:  # where rank p's stage holds this rank's piece
+        return (r if r < p else r - 1) * c
+
+    def size(k: int, i: int) -> int:
+        lo, hi = piece(k, i) if k >= 0 else (0, 0)
+        return hi - lo
+
+    prev = None  # the views of the previous round
+    isz = buf.itemsize
+    for k in range(rounds + 1):
+        mine = ep.stage(n * c, buf)
+        if k < rounds:
+            for i in range(n):
+                if i != r:
+                    lo, hi = piece(k, i)
+                    j = (i if i < r else i - 1) * c
+                    np.copyto(mine[j:j + hi - lo], src[lo:hi])
+        if prev is not None:
+            lo, hi = piece(k - 1, r)
+            m = hi - lo
+            parts = [src[lo:hi] if p == r else prev[p][slot(p):slot(p) + m] for p in range(n)]
+            acc = mine[res:res + m]
+            op(parts[0], parts[1], out=acc)
+            for q in parts[2:]:
+                op(acc, q, out=acc)
+            if k >= 2:
+                _gather_pieces(buf, prev, piece, k - 2, n, res)
+        # bytes the peers take: their pieces of chunk k and this rank's reduced
+        # piece of chunk k-1; and what this rank takes of theirs
+        sent = sum(size(k, i) for i in range(n) if i != r) + (n - 1) * size(k - 1, r)
+        recv = (n - 1) * size(k, r) + sum(size(k - 1, i) for i in range(n) if i != r)
+        prev = ep.exchange(mine, sent=sent * isz, recv=recv * isz)
+    _gather_pieces(buf, prev, piece, rounds - 1, n, res)
+
+
+def _gather_pieces(buf, views, piece, k: int, n: int, res: int) -> None:
+    """Copy chunk k's reduced pieces, each from its rank's stage, into ``buf``."""
+    for p in range(n):
+        lo, hi = piece(k, p)
+        if hi > lo:
+            np.copyto(buf[lo:hi], views[p][res:res + hi - lo])
+
+
+two_shot.takes_src = True
 
 
 def _fold_in(ep: Endpoint, f: Fold, buf: np.ndarray, op) -> None:
@@ -88,14 +173,18 @@ def halving_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
 
 
 ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling,
-              "halving_doubling": halving_doubling, "direct": direct}
+              "halving_doubling": halving_doubling, "direct": direct, "two_shot": two_shot}
 
 
-def choose(nbytes: int, size: int) -> str:
+def choose(nbytes: int, size: int, shared: bool = False) -> str:
     """Latency-bound sizes take the fewest rounds; large ones the fewest bytes.
-    Switch points from docs/performance.md's sweep (N = 4, shm)."""
+    Switch points from docs/performance.md's sweeps."""
     if nbytes <= 32 * 1024:  # one round through the exchange buffers
         return "direct"
+    if shared:  # the staged algorithms: one exchange per round, no messages
+        if nbytes <= 256 * 1024 or (size == 2 and nbytes > 4 << 20):
+            return "direct"
+        return "two_shot"
     if nbytes <= 128 * 1024:
         return "recursive_doubling"
     if nbytes <= 512 * 1024 and size & (size - 1) == 0:

@@ -3,12 +3,15 @@
 Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
   pairwise  (N-1)/N * S sent and received, in N-1 steps
   linear    the same bytes, all N-1 exchanges posted at once
+  direct    the same bytes, one round per exchange buffer
 """
 from __future__ import annotations
 
 import numpy as np
 
 from transports import Endpoint
+
+from .ranks import chunks
 
 
 def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -38,8 +41,24 @@ def linear(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     ep.waitall(reqs)
 
 
-ALGORITHMS = {"pairwise": pairwise, "linear": linear}
+def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """Each round, every rank puts a chunk of each of its N blocks into shared
+    memory (ep.exchange) and copies out the chunks addressed to it.  Chunk k is
+    copied in before any of it is written, so ``out`` may be ``x``."""
+    n, r = ep.size, ep.rank
+    m = out.size // n
+    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize, parts=n):
+        c = hi - lo
+        each = (n - 1) * c * x.itemsize  # a peer reads one piece
+        v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n)], sent=each, recv=each)
+        for p in range(n):
+            np.copyto(out[p * m + lo:p * m + hi], v[p][r * c:(r + 1) * c])
 
 
-def choose(nbytes: int, size: int) -> str:
+ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct}
+
+
+def choose(nbytes: int, size: int, shared: bool = False) -> str:
+    if shared and nbytes <= 64 * 1024:
+        return "direct"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"

@@ -5,6 +5,8 @@ Bytes on the wire, S = buf.nbytes (docs/algorithms.md):
   scatter_allgather  root sends (N-1)/N*S in the scatter; every rank sends
                      about (N-1)/N*S in the ring all-gather
   chain              every rank but the last sends S, every non-root receives S
+  direct             root sends (N-1)*S, every non-root receives S, one round
+                     per exchange buffer
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .ranks import absolute, block_bounds, rel
+from .ranks import absolute, block_bounds, chunks, rel
 
 CHAIN_CHUNK_BYTES = 256 * 1024
 
@@ -69,10 +71,26 @@ def chain(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     ep.waitall(reqs)
 
 
-ALGORITHMS = {"binomial": binomial, "scatter_allgather": scatter_allgather, "chain": chain}
+def direct(ep: Endpoint, buf: np.ndarray, root: int) -> None:
+    """Root puts a chunk into shared memory, every other rank copies it out
+    (ep.exchange with a root), one round per exchange buffer."""
+    if ep.size == 1:
+        return
+    me = ep.rank
+    for lo, hi in chunks(ep.chunk_bytes(buf), buf.size, buf.itemsize):
+        piece = buf[lo:hi]
+        v = ep.exchange(piece, root)
+        if me != root:
+            np.copyto(piece, v[root])
 
 
-def choose(nbytes: int, size: int) -> str:
+ALGORITHMS = {"binomial": binomial, "scatter_allgather": scatter_allgather, "chain": chain,
+              "direct": direct}
+
+
+def choose(nbytes: int, size: int, shared: bool = False) -> str:
+    if shared:
+        return "direct"
     if nbytes <= 64 * 1024 or size <= 2:
         return "binomial"
     return "scatter_allgather"

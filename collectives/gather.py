@@ -107,6 +107,6 @@ GATHER = {"binomial": gather_binomial, "linear": gather_linear}
 SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear}
 
 
-def choose(nbytes: int, size: int) -> str:
+def choose(nbytes: int, size: int, shared: bool = False) -> str:
     """By the block size: small blocks gain from fewer messages at root."""
     return "binomial" if nbytes <= 16 * 1024 else "linear"

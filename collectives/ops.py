@@ -33,8 +33,21 @@ DTYPES = tuple(np.dtype(t) for t in (
 _BY_NAME = {o.value: o for o in Op}
 
 
+_RESOLVED: dict = {}  # (op, dtype) -> Op, for the valid pairs seen so far
+
+
 def resolve(op, dtype: np.dtype) -> Op:
     """The Op for ``op`` on ``dtype``, or a ValueError/TypeError saying why not."""
+    try:
+        return _RESOLVED[op, dtype]
+    except (KeyError, TypeError):  # not seen yet, or op is not even hashable
+        pass
+    o = _resolve(op, dtype)
+    _RESOLVED[op, dtype] = o
+    return o
+
+
+def _resolve(op, dtype: np.dtype) -> Op:
     o = _BY_NAME.get(op) if isinstance(op, str) else None
     if o is None:
         raise ValueError(f"op must be one of {[o.value for o in Op]}, got {op!r}")

@@ -15,6 +15,18 @@ def block_bounds(n: int, parts: int) -> list[int]:
     return b
 
 
+def chunks(xchg_bytes: int, count: int, itemsize: int, parts: int = 1) -> list[tuple[int, int]]:
+    """Element ranges ``[lo, hi)`` covering ``count`` elements such that ``parts``
+    ranges of ``itemsize``-byte elements fit one exchange buffer of
+    ``xchg_bytes`` (each range a multiple of 64 bytes but the last); one range
+    for everything where ``xchg_bytes`` is 0 (exchange() is point-to-point)."""
+    if not xchg_bytes:
+        return [(0, count)]
+    step = xchg_bytes // (parts * itemsize)
+    step = max(1, step - step % max(1, 64 // itemsize))
+    return [(lo, min(lo + step, count)) for lo in range(0, count, step)]
+
+
 def pof2_floor(n: int) -> int:
     """The largest power of two not above ``n`` (n >= 1)."""
     return 1 << (n.bit_length() - 1)

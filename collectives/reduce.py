@@ -4,6 +4,8 @@ Bytes on the wire, S = x.nbytes (docs/algorithms.md):
   binomial               every non-root sends S once; a rank receives S per child
   reduce_scatter_gather  (N-1)/N*S in a ring reduce-scatter, then each
                          non-root sends its block (about S/N) to root
+  direct                 every rank sends S (root: (N-1)*S received), one round
+                         per exchange buffer
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .ranks import absolute, block_bounds, rel
+from .ranks import absolute, block_bounds, chunks, rel
 
 
 def binomial(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
@@ -59,8 +61,31 @@ def reduce_scatter_gather(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, o
     ep.waitall(reqs)
 
 
-ALGORITHMS = {"binomial": binomial, "reduce_scatter_gather": reduce_scatter_gather}
+def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
+    """Every rank puts a chunk of ``x`` into shared memory (ep.exchange) and
+    root reduces the N chunks in rank order, one round per exchange buffer:
+    the others copy chunk k+1 in while root reduces chunk k."""
+    if ep.size == 1:
+        if out is not x:
+            np.copyto(out, x)
+        return
+    is_root = ep.rank == root
+    for lo, hi in chunks(ep.chunk_bytes(x), x.size, x.itemsize):
+        nb = (hi - lo) * x.itemsize  # only root reads
+        v = ep.exchange(x[lo:hi], sent=0 if is_root else nb,
+                        recv=(ep.size - 1) * nb if is_root else 0)
+        if is_root:
+            o = out[lo:hi]
+            op(v[0], v[1], out=o)
+            for w in v[2:]:
+                op(o, w, out=o)
 
 
-def choose(nbytes: int, size: int) -> str:
+ALGORITHMS = {"binomial": binomial, "reduce_scatter_gather": reduce_scatter_gather,
+              "direct": direct}
+
+
+def choose(nbytes: int, size: int, shared: bool = False) -> str:
+    if shared:
+        return "direct"
     return "binomial" if nbytes <= 64 * 1024 or size <= 2 else "reduce_scatter_gather"

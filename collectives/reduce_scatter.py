@@ -4,6 +4,7 @@ Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
   ring               (N-1)/N * S sent and received, in N-1 steps
   recursive_halving  (p2-1)/p2 * S in log2(p2) steps, plus S for the ranks
                      of the fold (and their block back)
+  direct             (N-1)/N * S sent and received, one round per exchange buffer
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .ranks import Fold
+from .ranks import Fold, chunks
 
 
 def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
@@ -55,8 +56,27 @@ def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     np.copyto(out, acc[r * m:(r + 1) * m])
 
 
-ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving}
+def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
+    """Each round, every rank puts a chunk of each of its N blocks into shared
+    memory (ep.exchange) and reduces its own block's chunks, in rank order."""
+    n, m, r = ep.size, out.size, ep.rank
+    if n == 1:
+        np.copyto(out, x)
+        return
+    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize, parts=n):
+        c = hi - lo
+        each = (n - 1) * c * x.itemsize  # a peer reads one piece
+        v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n)], sent=each, recv=each)
+        o = out[lo:hi]
+        op(v[0][r * c:(r + 1) * c], v[1][r * c:(r + 1) * c], out=o)
+        for w in v[2:]:
+            op(o, w[r * c:(r + 1) * c], out=o)
 
 
-def choose(nbytes: int, size: int) -> str:
+ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct}
+
+
+def choose(nbytes: int, size: int, shared: bool = False) -> str:
+    if shared and (nbytes <= 64 * 1024 or size > 2):
+        return "direct"
     return "recursive_halving" if nbytes <= 64 * 1024 else "ring"

@@ -54,6 +54,11 @@ class Executor:
         self._idle = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
 
+    @property
+    def pending(self) -> int:
+        """Calls queued or running on the worker."""
+        return self._pending
+
     def submit(self, fn: Callable[[], Any], name: str, async_op: bool) -> Any:
         if not async_op and not self._pending:
             return fn()

@@ -31,8 +31,20 @@ def _fold_role(r: int, n: int) -> str:
     return "plain"
 
 
-def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0):
-    """(sent, received) bytes of rank ``r``, or None where only the total is fixed."""
+def _two_shot_p2p(n: int, S: int, item: int) -> int:
+    """Bytes a rank sends (and receives) in two_shot where exchange() is messages:
+    each of its two rounds sends the whole N-piece buffer to every peer."""
+    align = max(1, 64 // item)
+    c = -(-(S // item) // n)
+    c = -(-c // align) * align
+    return 2 * (n - 1) * n * c * item
+
+
+def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0,
+             shared: bool = True, item: int = 4):
+    """(sent, received) bytes of rank ``r``, or None where only the total is fixed.
+    ``shared``: exchange() goes through shared memory, where a peer reads only
+    the part of a rank's buffer it needs (else every byte is a message)."""
     v = (r - root) % n
     if n == 1:
         return 0, 0
@@ -40,7 +52,17 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0):
     fold = {"extra": (S, S), "helper": (S, S), "plain": (0, 0)}[role]
     if call == "barrier":
         return 0, 0
+    if alg == "two_shot":
+        x = F(2 * (n - 1), n) * S if shared else _two_shot_p2p(n, S, item)
+        return x, x
     if alg == "direct":
+        if call == "broadcast":
+            return ((n - 1) * S, 0) if v == 0 else (0, S)
+        if shared and call == "reduce":
+            return (0, (n - 1) * S) if v == 0 else (S, 0)
+        if shared and call in ("reduce_scatter", "all_to_all"):
+            x = F(n - 1, n) * S
+            return x, x
         return (n - 1) * S, (n - 1) * S
     if call == "all_reduce":
         if alg == "ring":
@@ -82,13 +104,13 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0):
     raise KeyError(call)
 
 
-def expected_total(call: str, alg: str, n: int, S: int) -> F:
+def expected_total(call: str, alg: str, n: int, S: int, shared: bool = True) -> F:
     """Bytes sent by all ranks together (equal to the bytes received)."""
     if call == "reduce_scatter" and alg == "recursive_halving":
         p2 = _p2(n)
         rem = n - p2
         return (p2 - 1) * S + rem * S + rem * F(S, n)
-    return sum(F(expected(call, alg, r, n, S)[0]) for r in range(n))
+    return sum(F(expected(call, alg, r, n, S, shared=shared)[0]) for r in range(n))
 
 
 def ring_all_reduce_uneven(r: int, n: int, count: int, itemsize: int) -> int:

@@ -59,6 +59,8 @@ def main(transport: str, out: str) -> None:
         global xp
         import cupy
         xp = cupy
+    # exchange() through shared memory: a peer reads only what it needs of a buffer
+    shared = transport == "shm"
     with cc.init(transport=transport) as comm:
         n, r = comm.size, comm.rank
         for call in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
@@ -73,11 +75,11 @@ def main(transport: str, out: str) -> None:
                     checked += 1
                     tag = f"{call} alg={alg} n={n} root={root} S={S}"
                     tot_s, tot_r = sum(s for s, _ in rows), sum(q for _, q in rows)
-                    want_tot = expected_total(call, alg, n, S)
+                    want_tot = expected_total(call, alg, n, S, shared)
                     if not (tot_s == tot_r == want_tot):
                         fails.append(f"{tag}: total sent {tot_s} recv {tot_r}, expected {want_tot}")
                     for rank, (s, q) in enumerate(rows):
-                        want = expected(call, alg, rank, n, S, root)
+                        want = expected(call, alg, rank, n, S, root, shared)
                         if want is not None and (s, q) != tuple(want):
                             fails.append(f"{tag} rank {rank}: sent/recv {(s, q)}, "
                                          f"expected {tuple(float(w) for w in want)}")
@@ -97,7 +99,7 @@ def main(transport: str, out: str) -> None:
             if r == 0:
                 checked += 1
                 for rank, (s, q) in enumerate(rows):
-                    want = expected(call, alg, rank, n, S, 0)
+                    want = expected(call, alg, rank, n, S, 0, shared)
                     if (s, q) != tuple(want):
                         fails.append(f"large {call} alg={alg} n={n} rank {rank}: sent/recv "
                                      f"{(s, q)}, expected {tuple(float(w) for w in want)}")

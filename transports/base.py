@@ -57,6 +57,9 @@ class Endpoint:
     rank: int
     size: int
     tag: int = 0  # the tag of the collective in progress (coll endpoint)
+    # the largest contribution exchange() moves through shared memory in one
+    # copy (0: exchange() is point-to-point messages)
+    xchg_bytes: int = 0
     sent_bytes: int = 0
     recv_bytes: int = 0
 
@@ -87,24 +90,51 @@ class Endpoint:
         self.waitall([self.irecv_reduce(acc, peer, op, tag)])
         return acc
 
-    def exchange(self, buf: np.ndarray) -> list[np.ndarray]:
-        """Every rank contributes ``buf`` (the same nbytes on every rank); returns
+    def exchange(self, buf, root: int | None = None, sent: int | None = None,
+                 recv: int | None = None) -> list[np.ndarray]:
+        """Every rank contributes ``buf``, an array or a list of arrays of one
+        dtype taken as their concatenation (the same nbytes on every rank); returns
         all N contributions in rank order, as arrays of ``buf``'s dtype that do
         not alias ``buf`` and stay valid until this endpoint's next call.
+        ``root``: only that rank's contribution counts (a broadcast: the
+        others' rows are undefined).
 
-        Bytes: (N-1)*S sent and received.  Transports with shared memory
-        override this with a single copy in and direct reads.
+        Bytes: (N-1)*S sent and received ((N-1)*S sent by root and S received
+        by the others with ``root``).  Transports with shared memory override
+        this with a single copy in and direct reads; they count ``sent`` and
+        ``recv`` instead, where given: the bytes the peers read of this
+        rank's contribution and this rank reads of theirs, when not all.
         """
         n, r = self.size, self.rank
+        if isinstance(buf, (list, tuple)):
+            buf = buf[0] if len(buf) == 1 else np.concatenate([p.reshape(-1) for p in buf])
         flat = buf.reshape(-1)
         # empty_like: a CuPy buffer gets CuPy rows (numpy dispatches to CuPy)
         out = np.empty_like(flat, shape=(n, flat.size))
-        np.copyto(out[r], flat)
         rows = [out[p] for p in range(n)]
+        if root is not None:
+            if r == root:
+                np.copyto(rows[r], flat)
+                self.waitall([self.isend(flat, p) for p in range(n) if p != r])
+            else:
+                self.recv(rows[root], root)
+            return rows
+        np.copyto(out[r], flat)
         reqs = [self.irecv(rows[p], p) for p in range(n) if p != r]
         reqs += [self.isend(flat, p) for p in range(n) if p != r]
         self.waitall(reqs)
         return rows
+
+    def chunk_bytes(self, a) -> int:
+        """The most bytes of arrays like ``a`` that one exchange() moves through
+        shared memory (0: exchange() is messages, of any size)."""
+        return self.xchg_bytes
+
+    def stage(self, count: int, like: np.ndarray) -> np.ndarray:
+        """An array of ``count`` elements of ``like``'s kind to fill and then
+        hand to exchange(); transports with shared memory return their
+        exchange buffer itself, so that exchange() needs no copy."""
+        return np.empty_like(like, shape=count)
 
     def sendrecv(self, sbuf: np.ndarray, dst: int, rbuf: np.ndarray, src: int) -> None:
         self.waitall([self.irecv(rbuf, src), self.isend(sbuf, dst)])

@@ -385,10 +385,13 @@ class CudaEndpoint(ShmEndpoint):
         return self._post(_DevRecv(self, peer, self.tag if tag is None else tag,
                                    _bytes(acc), acc.reshape(-1), op))
 
-    def exchange(self, buf):
-        if isinstance(buf, np.ndarray):
-            return super().exchange(buf)
-        return Endpoint.exchange(self, buf)  # through the device slots
+    def chunk_bytes(self, a) -> int:
+        return super().chunk_bytes(a) if isinstance(a, np.ndarray) else 0
+
+    def exchange(self, buf, root=None, sent=None, recv=None):
+        if isinstance(buf[0] if isinstance(buf, (list, tuple)) else buf, np.ndarray):
+            return super().exchange(buf, root, sent, recv)
+        return Endpoint.exchange(self, buf, root, sent, recv)  # through the device slots
 
     # -- completion -------------------------------------------------------
     def waitall(self, reqs) -> None:

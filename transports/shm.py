@@ -10,7 +10,7 @@ Layout (all offsets 64-byte aligned)::
 
     rank block   per rank: doorbell u32 | sleeping u32 per endpoint | arrived u64
                  | exchange sequence u64 | per buffer: bytes, call (u64)
-    exchange     per rank, two buffers of XCHG_BYTES (alternating calls)
+    exchange     per rank, two buffers of xchg_bytes (alternating calls)
     channels     per endpoint (coll, p2p), per ordered pair (src -> dst):
                  head u32 (sender writes) | tail u32 (receiver writes)
                               | acked u32 (receiver: rendezvous messages read)
@@ -47,6 +47,10 @@ SHM_DIR = "/dev/shm"
 SHM_PREFIX = "collectives-"
 _MASK = 0xFFFFFFFF
 _RANK_BLOCK = 64
+# the rank block in u32 and u64 words: doorbell (u32 0), sleeping flags (u32 1,
+# 2), arrived (u64 2), exchange sequence (u64 3), size and call per buffer (u64 4..7)
+_U_PER_RANK, _Q_PER_RANK = _RANK_BLOCK // 4, _RANK_BLOCK // 8
+_Q_XSEQ, _Q_XMETA = 3, 4
 _CHAN_CTRL = 128
 _HDR = 64
 
@@ -60,7 +64,6 @@ def _env_int(name: str, default: int) -> int:
 # processor's own store order: x86-64 keeps stores in program order (TSO).
 SUPPORTED_MACHINES = ("x86_64", "AMD64")
 MAX_MESSAGE_BYTES = 1 << 40
-XCHG_BYTES = 32 * 1024  # the largest contribution that exchange() moves in one copy
 
 
 def supported() -> bool:
@@ -68,9 +71,11 @@ def supported() -> bool:
             and _futex.available)
 
 
-def _settings() -> tuple[int, int, int]:
+def _settings() -> tuple[int, int, int, int]:
     slot_bytes = _env_int("COLLECTIVES_SHM_SLOT_BYTES", 256 * 1024)
     nslots = _env_int("COLLECTIVES_SHM_SLOTS", 4)
+    # the largest contribution that exchange() moves in one copy
+    xchg_bytes = _env_int("COLLECTIVES_SHM_XCHG_BYTES", 512 * 1024)
     # off by default: on the 2-core VM this was measured on, process_vm_readv
     # moved 4 MiB 1.6x slower than two slot copies (docs/performance.md)
     cma_bytes = _env_int("COLLECTIVES_SHM_CMA_BYTES", 0)
@@ -78,7 +83,9 @@ def _settings() -> tuple[int, int, int]:
         raise ValueError("COLLECTIVES_SHM_SLOT_BYTES must be a positive multiple of 64")
     if nslots < 1 or nslots & (nslots - 1):
         raise ValueError("COLLECTIVES_SHM_SLOTS must be a power of two")
-    return slot_bytes, nslots, max(0, cma_bytes)
+    if xchg_bytes % 64 or xchg_bytes < 4096:
+        raise ValueError("COLLECTIVES_SHM_XCHG_BYTES must be a multiple of 64, at least 4096")
+    return slot_bytes, nslots, xchg_bytes, max(0, cma_bytes)
 
 
 def rank0_settings(mpicomm, read):
@@ -104,7 +111,8 @@ class ShmTransport(Transport):
             raise ValueError(f"transport='shm' needs an x86-64 Linux host (this is "
                              f"{platform.machine()}); use transport='mpi'")
         # rank 0's settings hold for all: the layout must be the same everywhere
-        self.slot_bytes, self.nslots, cma_bytes = rank0_settings(mpicomm, _settings)
+        self.slot_bytes, self.nslots, self.xchg_bytes, cma_bytes = \
+            rank0_settings(mpicomm, _settings)
         # messages of cma_bytes and more go by rendezvous: the receiver copies
         # them straight out of the sender's buffer (one copy instead of two)
         self.cma_bytes = cma_bytes if cma_bytes and _cma.works_between(mpicomm) else 0
@@ -112,7 +120,7 @@ class ShmTransport(Transport):
         n = self.size
         self._chan_bytes = _CHAN_CTRL + self.nslots * (_HDR + self.slot_bytes)
         self._xchg_base = _align(_RANK_BLOCK * n, 4096)
-        self._chan_base = self._xchg_base + 2 * n * XCHG_BYTES
+        self._chan_base = self._xchg_base + 2 * n * self.xchg_bytes
         self.xchg_seq = 0
         self._xchg_cache: dict = {}
         total = _align(self._chan_base + 2 * n * n * self._chan_bytes, 4096)
@@ -144,20 +152,6 @@ class ShmTransport(Transport):
     def arrived(self, r: int) -> int:
         return self._q64[(_RANK_BLOCK * r + 16) // 8]
 
-    def xchg_publish(self, seq: int, nbytes: int, tag: int) -> None:
-        """Publish this rank's contribution to exchange ``seq``: its size and call
-        (kept per buffer, like the data) first, then the sequence number."""
-        q, i = self._q64, (_RANK_BLOCK * self.rank) // 8 + 4 + 2 * (seq & 1)
-        q[i], q[i + 1] = nbytes, tag
-        q[i - 1 - 2 * (seq & 1)] = seq
-
-    def xchg_meta(self, r: int, seq: int) -> tuple[int, int]:
-        i = (_RANK_BLOCK * r) // 8 + 4 + 2 * (seq & 1)
-        return self._q64[i], self._q64[i + 1]
-
-    def xchg_seq_of(self, r: int) -> int:
-        return self._q64[(_RANK_BLOCK * r + 24) // 8]
-
     def xchg_views(self, seq: int, dtype: np.dtype, nbytes: int) -> list[np.ndarray]:
         """Every rank's exchange buffer for call ``seq``, as ``nbytes`` of ``dtype``."""
         key = (seq & 1, dtype, nbytes)
@@ -165,7 +159,8 @@ class ShmTransport(Transport):
         if views is None:
             if len(self._xchg_cache) > 64:
                 self._xchg_cache.clear()
-            base = [self._xchg_base + (2 * r + (seq & 1)) * XCHG_BYTES for r in range(self.size)]
+            xb = self.xchg_bytes
+            base = [self._xchg_base + (2 * r + (seq & 1)) * xb for r in range(self.size)]
             views = [self._mem[b:b + nbytes].view(dtype) for b in base]
             self._xchg_cache[key] = views
         return views
@@ -324,6 +319,19 @@ class ShmEndpoint(Endpoint):
         self.incoming = dict.fromkeys(self.in_ch)
         self.lock = threading.RLock()
         self.what = "collective" if strict else "send/recv"
+        self.xchg_bytes = t.xchg_bytes if strict else 0
+        self._staged = None  # stage()'s array, published by the next exchange()
+        self._last: tuple = (None, -1)  # exchange(): dtype, nbytes, views per parity
+        # exchange()'s words in the rank blocks: this rank's sequence number and
+        # (size, call) per buffer parity; the peers' doorbells, sequence numbers
+        # and (size, call) per parity
+        me = t.rank
+        self._my_seq = _Q_PER_RANK * me + _Q_XSEQ
+        self._my_meta = [_Q_PER_RANK * me + _Q_XMETA + 2 * b for b in (0, 1)]
+        self._bells = [_U_PER_RANK * p for p in self.peers]
+        self._peer_seq = [_Q_PER_RANK * p + _Q_XSEQ for p in self.peers]
+        self._peer_meta = [[_Q_PER_RANK * p + _Q_XMETA + 2 * b for p in self.peers]
+                           for b in (0, 1)]
 
     def release(self) -> None:
         self.out_ch = self.in_ch = {}
@@ -581,37 +589,93 @@ class ShmEndpoint(Endpoint):
             else:
                 t.sleep(self.ctx, seen, dl.remaining())
 
-    def exchange(self, buf: np.ndarray) -> list[np.ndarray]:
+    def stage(self, count: int, like: np.ndarray) -> np.ndarray:
+        """This rank's exchange buffer for the next exchange(), as ``count``
+        elements of ``like``'s dtype to fill in place; exchange() of the array returned
+        then publishes it without a copy.  The views that the previous
+        exchange() returned stay valid until that exchange() (peers cannot
+        reuse their buffers before this rank has published)."""
+        nb = count * like.itemsize
+        if not self.strict or self.size == 1 or nb > self.xchg_bytes \
+                or not isinstance(like, np.ndarray):
+            return super().stage(count, like)
+        self._staged = self.t.xchg_views(self.t.xchg_seq + 1, like.dtype, nb)[self.rank]
+        return self._staged
+
+    def exchange(self, buf, root: int | None = None, sent: int | None = None,
+                 recv: int | None = None) -> list[np.ndarray]:
         """One copy into this rank's exchange buffer, then direct reads of the
         others'.  Call k writes buffer k mod 2: a rank in call k has finished
-        call k-1, so every peer has entered k-1 and finished reading k-2."""
-        t, n, nb = self.t, self.size, buf.nbytes
-        if not self.strict or n == 1 or nb > XCHG_BYTES:
-            return super().exchange(buf)
+        call k-1, so every peer has entered k-1 and finished reading k-2.
+        ``sent``/``recv``: the bytes the peers read of this rank's buffer and
+        this rank reads of theirs, where they do not read it all."""
+        t, n = self.t, self.size
+        if isinstance(buf, np.ndarray):
+            pieces, nb, dtype = None, buf.nbytes, buf.dtype
+        else:
+            pieces, nb, dtype = buf, sum(p.nbytes for p in buf), buf[0].dtype
+        if not self.strict or n == 1 or nb > self.xchg_bytes:
+            return super().exchange(buf, root, sent, recv)
         t.xchg_seq = k = t.xchg_seq + 1
-        views = t.xchg_views(k, buf.dtype, nb)
-        np.copyto(views[self.rank], buf.reshape(-1))
-        t.xchg_publish(k, nb, self.tag)
-        peers = self.peers
-        for p in peers:
-            t.ring(p)
-        seq_of = t.xchg_seq_of
-        late = [p for p in peers if seq_of(p) < k]
-        if late:
+        if dtype is self._last[0] and nb == self._last[1]:  # the last call's shape again
+            views = self._last[2 + (k & 1)]
+        else:
+            views = t.xchg_views(k, dtype, nb)
+            self._last = (dtype, nb, *(t.xchg_views(j, dtype, nb) for j in (0, 1)))
+        me = self.rank
+        mine = nb if root is None or root == me else 0
+        if mine and buf is not self._staged:
+            v = views[me]
+            if pieces is None:
+                v[...] = buf if buf.ndim == 1 else buf.reshape(-1)
+            else:
+                o = 0
+                for p in pieces:
+                    np.copyto(v[o:o + p.size], p.reshape(-1))
+                    o += p.size
+        self._staged = None
+        # publish: size and call (kept per buffer, like the data), then the
+        # sequence number; then ring every peer (inline: this is the hot path
+        # of every small call)
+        q, u32, tag, par = t._q64, t._u32, self.tag, k & 1
+        w = self._my_meta[par]
+        q[w] = mine
+        q[w + 1] = tag
+        q[self._my_seq] = k
+        for i in self._bells:
+            u32[i] = (u32[i] + 1) & _MASK
+            if u32[i + 1] or u32[i + 2]:
+                _futex.wake(t._addr + 4 * i)
+        seqs = self._peer_seq
+        for _ in range(_PRESPIN):  # a peer a few microseconds behind: no sleep
+            for i in seqs:
+                if q[i] < k:
+                    break
+            else:
+                break
+        else:
+            peers = self.peers
+            late = list(peers)
+
             def step():
                 nonlocal late
-                late = [p for p in late if seq_of(p) < k]
+                late = [p for p in late if q[_Q_PER_RANK * p + _Q_XSEQ] < k]
                 return not late, False
             self._block(step, lambda: peers, lambda: list(late))
-        for p in peers:
-            if t.xchg_meta(p, k) != (nb, self.tag):
-                got, tag = t.xchg_meta(p, k)
+        for p, i in zip(self.peers, self._peer_meta[par]):
+            want = nb if root is None or root == p else 0
+            if q[i] != want or q[i + 1] != tag:
                 raise CollectiveError(
-                    f"mismatched collectives: rank {p} contributed {got} bytes to call #{tag} "
-                    f"where rank {self.rank} contributed {nb} bytes to call #{self.tag}",
+                    f"mismatched collectives: rank {p} contributed {q[i]} bytes to call "
+                    f"#{q[i + 1]} where rank {me} expects {want} bytes in call #{tag}",
                     ranks=[p])
-        self.sent_bytes += nb * (n - 1)
-        self.recv_bytes += nb * (n - 1)
+        if root is None:
+            self.sent_bytes += nb * (n - 1) if sent is None else sent
+            self.recv_bytes += nb * (n - 1) if recv is None else recv
+        elif root == me:
+            self.sent_bytes += nb * (n - 1)
+        else:
+            self.recv_bytes += nb
         return views
 
     def _waited_peers(self, pending) -> list[int]:
@@ -629,6 +693,8 @@ class ShmEndpoint(Endpoint):
 
 
 _yield = os.sched_yield
+# how many times exchange() looks for late peers before it waits like any call
+_PRESPIN = 8
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:
