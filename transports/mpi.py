@@ -22,6 +22,10 @@ from .base import Deadline, Endpoint, Reducer, Request, Transport
 from .errors import CollectiveError, PeerFailure
 
 TAG_UB = 32767  # the least upper bound on tags that MPI guarantees
+# a wait polls this many times, yielding the core, then naps between polls,
+# doubling from 20 us up to _NAP_MAX seconds
+_POLLS = 64
+_NAP_MAX = 0.001
 _MPI_LOCK = threading.Lock()  # one per process: every communicator's worker shares it
 
 
@@ -71,6 +75,7 @@ class _Req(Request):
         ep.recv_bytes += self.nbytes
         if self.op is not None:
             self.op(self.acc, self.scratch, out=self.acc)
+            ep.give_back(self.scratch)
         return True
 
     def wait(self) -> None:
@@ -84,6 +89,7 @@ class MpiEndpoint(Endpoint):
     def __init__(self, t: MpiTransport, comm, what: str):
         self.t, self.comm, self.what = t, comm, what
         self.rank, self.size = t.rank, t.size
+        self._pool: list[np.ndarray] = []  # receive-and-reduce buffers to reuse
 
     def free(self) -> None:
         if self.comm != MPI.COMM_NULL:  # collective in MPI: every rank closes
@@ -116,7 +122,28 @@ class MpiEndpoint(Endpoint):
 
     def irecv_reduce(self, acc, peer, op: Reducer, tag=None) -> Request:
         acc = acc.reshape(-1)
-        return self._post(self.comm.Irecv, np.empty_like(acc), peer, tag, False, acc, op)
+        return self._post(self.comm.Irecv, self._scratch(acc), peer, tag, False, acc, op)
+
+    def _scratch(self, like: np.ndarray) -> np.ndarray:
+        """A receive buffer shaped like ``like``, from the pool of earlier ones:
+        a fresh one each time would cost a page fault per 4 KiB."""
+        nb = like.nbytes
+        for i, b in enumerate(self._pool):
+            if b.nbytes >= nb:
+                del self._pool[i]
+                return b[:nb].view(like.dtype)
+        return np.empty(max(nb, 64), np.uint8)[:nb].view(like.dtype)
+
+    def give_back(self, scratch: np.ndarray) -> None:
+        base = scratch
+        while base.base is not None:
+            base = base.base
+        if len(self._pool) < 4:
+            self._pool.append(base)
+        else:  # keep the largest
+            self._pool.sort(key=lambda b: b.nbytes)
+            if base.nbytes > self._pool[0].nbytes:
+                self._pool[0] = base
 
     def failed(self, peer: int, e: Exception) -> CollectiveError:
         for _ in range(50):  # a peer that is dying may take a moment to be gone
@@ -139,10 +166,10 @@ class MpiEndpoint(Endpoint):
                 pending = still
                 continue
             polls += 1
-            if polls < 64:
+            if polls < _POLLS:
                 os.sched_yield()
                 continue
             peers = sorted({r.peer for r in pending})
             dl.check(self.t.liveness, lambda: peers, lambda: peers, self.what)
-            nap = min(0.001, nap * 2 or 2e-5)
+            nap = min(_NAP_MAX, nap * 2 or 2e-5)
             time.sleep(nap)
