@@ -42,23 +42,28 @@ def linear(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 
 
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
-    """Each round, every rank puts a chunk of each of its N blocks into shared
-    memory (ep.exchange) and copies out the chunks addressed to it.  Chunk k is
-    copied in before any of it is written, so ``out`` may be ``x``."""
+    """Each round, every rank puts a chunk of each of the blocks it sends into
+    shared memory (ep.exchange) and copies out the chunks addressed to it.
+    Chunk k is copied in before any of it is written, so ``out`` may be ``x``."""
     n, r = ep.size, ep.rank
     m = out.size // n
-    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize, parts=n):
+    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize, parts=max(1, n - 1)):
         c = hi - lo
         each = (n - 1) * c * x.itemsize  # a peer reads one piece
-        v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n)], sent=each, recv=each)
+        v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n) if i != r] or [x[:0]],
+                        sent=each, recv=each)
         for p in range(n):
-            np.copyto(out[p * m + lo:p * m + hi], v[p][r * c:(r + 1) * c])
+            if p != r:
+                j = (r if r < p else r - 1) * c
+                np.copyto(out[p * m + lo:p * m + hi], v[p][j:j + c])
+        if out is not x:
+            np.copyto(out[r * m + lo:r * m + hi], x[r * m + lo:r * m + hi])
 
 
 ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct}
 
 
 def choose(nbytes: int, size: int, shared: bool = False) -> str:
-    if shared and nbytes <= 64 * 1024:
-        return "direct"
+    if shared:  # measured: docs/performance.md
+        return "direct" if nbytes <= 64 * 1024 else "pairwise" if size == 2 else "linear"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"

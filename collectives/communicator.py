@@ -35,7 +35,7 @@ SMALL_ALL_REDUCE_BYTES = 4096
 
 # call name -> (algorithm table, default chooser(nbytes, size, shared)); shared:
 # the transport's exchange() goes through shared memory (shm, host arrays)
-_FAMILIES: dict[str, tuple[dict, Callable[[int, int], str]]] = {
+_FAMILIES: dict[str, tuple[dict, Callable[[int, int, bool], str]]] = {
     "all_reduce": (all_reduce.ALGORITHMS, all_reduce.choose),
     "broadcast": (broadcast.ALGORITHMS, broadcast.choose),
     "reduce": (reduce.ALGORITHMS, reduce.choose),

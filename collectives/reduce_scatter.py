@@ -57,26 +57,38 @@ def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
 
 
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
-    """Each round, every rank puts a chunk of each of its N blocks into shared
-    memory (ep.exchange) and reduces its own block's chunks, in rank order."""
+    """Each round, every rank puts a chunk of each of the other ranks' blocks
+    into shared memory (ep.exchange) and reduces its own block's chunks, in
+    rank order (its own chunk straight from ``x``)."""
     n, m, r = ep.size, out.size, ep.rank
     if n == 1:
         np.copyto(out, x)
         return
-    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize, parts=n):
+    in_place = np.may_share_memory(x, out)
+    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize, parts=n - 1):
         c = hi - lo
         each = (n - 1) * c * x.itemsize  # a peer reads one piece
-        v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n)], sent=each, recv=each)
+        v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n) if i != r],
+                        sent=each, recv=each)
+        own = x[r * m + lo:r * m + hi]
+        if in_place:  # out is x's block r: keep this rank's chunk until it is added
+            own = own.copy()
+        parts = [own if p == r else v[p][_mine(r, p) * c:_mine(r, p) * c + c] for p in range(n)]
         o = out[lo:hi]
-        op(v[0][r * c:(r + 1) * c], v[1][r * c:(r + 1) * c], out=o)
-        for w in v[2:]:
-            op(o, w[r * c:(r + 1) * c], out=o)
+        op(parts[0], parts[1], out=o)
+        for w in parts[2:]:
+            op(o, w, out=o)
+
+
+def _mine(r: int, p: int) -> int:
+    """Which of rank p's staged pieces (one per rank but p) is rank r's."""
+    return r if r < p else r - 1
 
 
 ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct}
 
 
 def choose(nbytes: int, size: int, shared: bool = False) -> str:
-    if shared and (nbytes <= 64 * 1024 or size > 2):
+    if shared:
         return "direct"
     return "recursive_halving" if nbytes <= 64 * 1024 else "ring"

@@ -75,7 +75,7 @@ def _settings() -> tuple[int, int, int, int]:
     slot_bytes = _env_int("COLLECTIVES_SHM_SLOT_BYTES", 256 * 1024)
     nslots = _env_int("COLLECTIVES_SHM_SLOTS", 4)
     # the largest contribution that exchange() moves in one copy
-    xchg_bytes = _env_int("COLLECTIVES_SHM_XCHG_BYTES", 512 * 1024)
+    xchg_bytes = _env_int("COLLECTIVES_SHM_XCHG_BYTES", 1024 * 1024)
     # off by default: on the 2-core VM this was measured on, process_vm_readv
     # moved 4 MiB 1.6x slower than two slot copies (docs/performance.md)
     cma_bytes = _env_int("COLLECTIVES_SHM_CMA_BYTES", 0)
