@@ -65,5 +65,5 @@ ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct}
 
 def choose(nbytes: int, size: int, shared: bool = False) -> str:
     if shared:  # measured: docs/performance.md
-        return "direct" if nbytes <= 64 * 1024 else "pairwise" if size == 2 else "linear"
+        return "direct"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"

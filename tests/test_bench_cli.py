@@ -18,11 +18,12 @@ TOP_KEYS = {"collective", "n", "transport", "dtype", "memcpy_gbps", "rows"}
 pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec at {MPIEXEC}")
 
 
-def _bench(n: int, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def _bench(n: int, *args: str, timeout: float = 60, module: str = "bench"
+           ) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("COLLECTIVES_TIMEOUT", "30")
-    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, "-m", "bench", *args]
+    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, "-m", module, *args]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=timeout)
     assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
@@ -66,3 +67,15 @@ def test_all_collectives_three_ranks(tmp_path):
     sizes = {r["collective"]: [row["bytes"] for row in r["rows"]] for r in results}
     assert sizes["all_gather"] == [1020, 16380]  # n whole blocks of float32
     assert sizes["barrier"] == [0]
+
+
+def test_probes_print_their_figures():
+    """The measurements that docs/performance.md quotes run and print numbers."""
+    p = _bench(2, "ab", "all_reduce", "direct,two_shot", "4K,64K", "--reps", "1",
+               module="bench.probe")
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("N=2 all_reduce")]
+    assert len(lines) == 2 and all("two_shot" in ln and "MPI" in ln for ln in lines), p.stdout
+    p = _bench(2, "latency", module="bench.probe")
+    assert "MPI_Allreduce" in p.stdout and "ep.exchange" in p.stdout, p.stdout
+    p = _bench(2, "coherence", module="bench.probe")
+    assert p.stdout.count("GB/s") == 2, p.stdout

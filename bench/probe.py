@@ -1,0 +1,134 @@
+"""Measurements behind docs/performance.md's analysis, run under mpiexec.
+
+    mpiexec -n 2 python -m bench.probe coherence   # copying into memory a peer reads
+    mpiexec -n 2 python -m bench.probe cma         # process_vm_readv against a local copy
+    mpiexec -n 2 python -m bench.probe latency     # where a small all-reduce's time goes
+    mpiexec -n N python -m bench.probe ab COLLECTIVE ALG[,ALG...] SIZE[,SIZE...] [--reps R]
+
+``ab`` times MPI's collective and each algorithm in turn, R times over, and
+prints the median of each: interleaving keeps a machine whose speed drifts
+from favouring whichever ran first (the default choices come from it).
+Rank 0 prints; every figure is per call, the slowest rank's mean.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+
+def _timed(world, fn, iters: int) -> float:
+    from mpi4py import MPI
+    fn()
+    world.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return world.allreduce((time.perf_counter() - t0) / iters, op=MPI.MAX)
+
+
+def coherence(comm, world, args) -> None:
+    """Copy 1 MiB into this rank's exchange buffer, then let the peer read it
+    (or not), round after round: the copy's cost with and without the peer's
+    reads in between is what cross-core coherence adds to every staged byte."""
+    t, ep = comm._t, comm._t.coll
+    n = (1 << 20) // 4
+    x = np.ones(n, np.float32)
+    out = np.empty_like(x)
+    for mode in ("peer reads", "nobody reads"):
+        copy = 0.0
+        rounds = 200
+        for i in range(rounds + 20):
+            mine = ep.stage(n, x)
+            a = time.perf_counter()
+            mine[...] = x
+            b = time.perf_counter()
+            v = ep.exchange(mine)
+            if mode == "peer reads":
+                np.add(v[0], v[1], out=out)
+            else:
+                np.add(v[comm.rank], x, out=out)
+            if i >= 20:
+                copy += b - a
+        us = world.allreduce(copy / rounds * 1e6) / comm.size
+        if comm.rank == 0:
+            print(f"copy of 1 MiB into the exchange buffer, {mode}: {us:7.1f} us "
+                  f"({(1 << 20) / us / 1e3:5.1f} GB/s)")
+
+
+def cma(comm, world, args) -> None:
+    """Both ranks read the other's buffer with process_vm_readv at once, then
+    both copy locally: MPICH moves large messages the first way."""
+    from transports import _cma
+    r = world.Get_rank()
+    for nb in (1 << 20, 4 << 20, 16 << 20):
+        src = np.full(nb, r + 1, np.uint8)
+        dst = np.empty(nb, np.uint8)
+        pid, addr = world.allgather((os.getpid(), src.ctypes.data))[(r + 1) % world.Get_size()]
+        remote = _timed(world, lambda: _cma.read(pid, addr, dst), 20)
+        local = _timed(world, lambda: np.copyto(dst, src), 20)
+        if r == 0:
+            print(f"{nb >> 20:3d} MiB  process_vm_readv {nb / remote / 1e9:5.1f} GB/s   "
+                  f"np.copyto {nb / local / 1e9:5.1f} GB/s   (per rank, all ranks at once)")
+
+
+def latency(comm, world, args) -> None:
+    """A small all-reduce against its parts and MPI_Allreduce."""
+    x = np.ones(2, np.float32)
+    out = np.empty_like(x)
+    ep = comm._t.coll
+    rows = [("MPI_Allreduce, 8 B", lambda: world.Allreduce(x, out)),
+            ("comm.all_reduce(x, out), 8 B", lambda: comm.all_reduce(x, out)),
+            ("comm.all_reduce(x), 8 B", lambda: comm.all_reduce(x)),
+            ("ep.exchange(x): one round through shared memory", lambda: ep.exchange(x)),
+            ("comm.barrier()", lambda: comm.barrier()),
+            ("np.add of 2 float32, out=", lambda: np.add(x, x, out=out))]
+    for name, fn in rows:
+        us = _timed(world, fn, 20000) * 1e6
+        if comm.rank == 0:
+            print(f"{us:7.2f} us  {name}")
+
+
+def ab(comm, world, args) -> None:
+    from .cases import CASES
+    algs = args.algorithms.split(",")
+    for nbytes in args.sizes:
+        case = CASES[args.collective](comm, world, nbytes, np.dtype("float32"), "sum", 0)
+        fns = {a: case.ours(a) for a in algs}
+        fns["MPI"] = case.baseline(None)
+        res: dict = {k: [] for k in fns}
+        iters = max(2, min(200, int(0.04 / max(2e-6, nbytes / 3e9))))
+        for _ in range(args.reps):
+            for k, fn in fns.items():
+                res[k].append(_timed(world, fn, iters))
+        if comm.rank == 0:
+            med = {k: float(np.median(v)) * 1e6 for k, v in res.items()}
+            cells = "  ".join(f"{a} {med[a]:9.1f} ({med['MPI'] / med[a]:4.2f}x)" for a in algs)
+            print(f"N={comm.size} {args.collective} {nbytes:>9} B  {cells}  MPI {med['MPI']:9.1f} us",
+                  flush=True)
+
+
+def main() -> None:
+    from .cli import parse_size
+    p = argparse.ArgumentParser(prog="python -m bench.probe", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="probe", required=True)
+    for name in ("coherence", "cma", "latency"):
+        sub.add_parser(name)
+    a = sub.add_parser("ab")
+    a.add_argument("collective")
+    a.add_argument("algorithms")
+    a.add_argument("sizes", type=lambda s: [parse_size(v) for v in s.split(",")])
+    a.add_argument("--reps", type=int, default=3)
+    args = p.parse_args()
+    import collectives as cc
+    from mpi4py import MPI
+    with cc.init("shm") as comm:
+        {"coherence": coherence, "cma": cma, "latency": latency, "ab": ab}[args.probe](
+            comm, MPI.COMM_WORLD, args)
+
+
+if __name__ == "__main__":
+    main()
