@@ -54,7 +54,8 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   the GPU tests and a short benchmark on a GPU machine.
 * Without ``-n`` the iteration count adapts: about ``--budget`` seconds
   (0.3) of timed loop per size, at least 3 and at most 1000 calls; without
-  ``-w`` the 5 warm-up calls are cut to about 0.2 s.
+  ``-w`` the warm-up is 5 calls or about 0.02 s of them, whichever is
+  more, cut to about 0.2 s.
 * The header gives one core's memcpy bandwidth (best ``np.copyto`` of a
   64 MiB buffer, bytes copied per second, other ranks idle), and the closing
   line the average busbw over the non-empty sizes and its fraction of it.

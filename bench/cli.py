@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--iters", type=int, default=None,
                    help="timed calls per size (default: adaptive, see --budget)")
     p.add_argument("-w", "--warmup_iters", type=int, default=None,
-                   help=f"untimed calls before timing (default {DEFAULT_WARMUP}, "
-                        "cut to ~0.2 s per size)")
+                   help=f"untimed calls before timing (default {DEFAULT_WARMUP}, or "
+                        "as many as take ~0.02 s, at most ~0.2 s per size)")
     p.add_argument("--budget", type=float, default=0.3,
                    help="seconds of timed loop per size when -n is not given (default 0.3)")
     p.add_argument("-d", "--datatype", default="float32",
@@ -204,7 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     memcpy, iters=str(a.iters) if a.iters else
                     f"auto ({a.budget:g} s/size, {runner.MIN_ITERS}..{runner.MAX_ITERS})",
                     warmup=str(a.warmup_iters) if a.warmup_iters is not None
-                    else f"{DEFAULT_WARMUP} (<= 0.2 s)", check=a.check)
+                    else f"{DEFAULT_WARMUP} (0.02..0.2 s)", check=a.check)
             nccl = None
             if a.transport == "cuda":
                 nccl, why = gpu.nccl_baseline(mpicomm)

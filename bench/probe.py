@@ -33,7 +33,7 @@ def coherence(comm, world, args) -> None:
     """Copy 1 MiB into this rank's exchange buffer, then let the peer read it
     (or not), round after round: the copy's cost with and without the peer's
     reads in between is what cross-core coherence adds to every staged byte."""
-    t, ep = comm._t, comm._t.coll
+    ep = comm._t.coll
     n = (1 << 20) // 4
     x = np.ones(n, np.float32)
     out = np.empty_like(x)

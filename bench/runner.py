@@ -16,6 +16,9 @@ from .cases import CASES, Call, Case
 
 MEMCPY_BYTES = 64 << 20
 WARMUP_BUDGET_S = 0.2   # default warm-up is cut to about this long
+WARMUP_MIN_S = 0.02     # and lengthened to about this long (short calls: the
+                        # first size of a run otherwise pays for the scheduler
+                        # settling 4+ ranks on the cores, ours and MPI's alike)
 MAX_ITERS = 1000        # adaptive iteration count bounds
 MIN_ITERS = 3
 
@@ -86,8 +89,9 @@ class Clock:
         if warm > 0 or s.iters is None:
             est = self.per_call(fn, 1)
             warm -= 1
-            if not s.warmup_given:
-                warm = min(warm, int(WARMUP_BUDGET_S / max(est, 1e-9)))
+            if not s.warmup_given:  # at least WARMUP_MIN_S, at most WARMUP_BUDGET_S
+                per = max(est, 1e-9)
+                warm = min(max(warm, int(WARMUP_MIN_S / per)), int(WARMUP_BUDGET_S / per))
             if warm > 0:
                 est = self.per_call(fn, warm)
         if s.iters is not None:
