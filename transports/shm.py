@@ -77,7 +77,7 @@ def _settings() -> tuple[int, int, int, int]:
     # the largest contribution that exchange() moves in one copy
     xchg_bytes = _env_int("COLLECTIVES_SHM_XCHG_BYTES", 1024 * 1024)
     # off by default: on the 2-core VM this was measured on, process_vm_readv
-    # moved 4 MiB 1.6x slower than two slot copies (docs/performance.md)
+    # was no faster than two slot copies (docs/performance.md)
     cma_bytes = _env_int("COLLECTIVES_SHM_CMA_BYTES", 0)
     if slot_bytes % 64 or slot_bytes <= 0:
         raise ValueError("COLLECTIVES_SHM_SLOT_BYTES must be a positive multiple of 64")
@@ -335,6 +335,7 @@ class ShmEndpoint(Endpoint):
 
     def release(self) -> None:
         self.out_ch = self.in_ch = {}
+        self._last, self._staged = (None, -1), None  # views of the segment
 
     # -- posting ----------------------------------------------------------
     def _check_peer(self, peer: int) -> None:
