@@ -14,6 +14,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from . import streaming
 from .ranks import Fold, block_bounds, chunks
 
 
@@ -85,6 +86,7 @@ def two_shot(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -
 
     prev = None  # the views of the previous round
     isz = buf.itemsize
+    copy = streaming.copier(buf, n)
     for k in range(rounds + 1):
         mine = ep.stage(n * c, buf)
         if k < rounds:
@@ -102,21 +104,22 @@ def two_shot(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -
             for q in parts[2:]:
                 op(acc, q, out=acc)
             if k >= 2:
-                _gather_pieces(buf, prev, piece, k - 2, n, res)
+                _gather_pieces(buf, prev, piece, k - 2, n, res, copy)
         # bytes the peers take: their pieces of chunk k and this rank's reduced
         # piece of chunk k-1; and what this rank takes of theirs
         sent = sum(size(k, i) for i in range(n) if i != r) + (n - 1) * size(k - 1, r)
         recv = (n - 1) * size(k, r) + sum(size(k - 1, i) for i in range(n) if i != r)
         prev = ep.exchange(mine, sent=sent * isz, recv=recv * isz)
-    _gather_pieces(buf, prev, piece, rounds - 1, n, res)
+    _gather_pieces(buf, prev, piece, rounds - 1, n, res, copy)
 
 
-def _gather_pieces(buf, views, piece, k: int, n: int, res: int) -> None:
-    """Copy chunk k's reduced pieces, each from its rank's stage, into ``buf``."""
+def _gather_pieces(buf, views, piece, k: int, n: int, res: int, copy) -> None:
+    """Copy chunk k's reduced pieces, each from its rank's stage, into ``buf``
+    (streamed where the outputs are too large for the caches: streaming.py)."""
     for p in range(n):
         lo, hi = piece(k, p)
         if hi > lo:
-            np.copyto(buf[lo:hi], views[p][res:res + hi - lo])
+            copy(buf[lo:hi], views[p][res:res + hi - lo])
 
 
 two_shot.takes_src = True

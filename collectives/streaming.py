@@ -1,0 +1,58 @@
+"""Copies into outputs too large for the caches, with streaming stores.
+
+A plain copy into memory that is not cached reads every destination line in
+before it overwrites it; a streaming (non-temporal) store writes the line
+without reading it.  Measured on the 2-core development VM (docs/
+performance.md): 64 MiB copied at 10.5 GB/s with ``np.copyto`` and 20 GB/s
+streamed, while 1 MiB, which stays in the caches, copies at 40 GB/s plainly
+and only 24 GB/s streamed.  So the staged algorithms stream the copies into
+``out`` only when the outputs of all the ranks on the host together exceed
+``COLLECTIVES_STREAM_BYTES`` (8 MiB by default; 0 never streams).  The
+streaming copy is the C extension ``collectives._ntcopy``; without it
+(no compiler at install time) every copy is ``np.copyto``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+
+try:
+    from . import _ntcopy
+except ImportError:  # not built: plain copies
+    _ntcopy = None
+
+
+def _threshold() -> int:
+    env = os.environ.get("COLLECTIVES_STREAM_BYTES") or str(8 << 20)
+    try:
+        v = int(env)
+    except ValueError:
+        raise ValueError(f"COLLECTIVES_STREAM_BYTES must be a number of bytes, got {env!r}") from None
+    return v if v > 0 else 0
+
+
+STREAM_BYTES = _threshold()
+available = _ntcopy is not None
+
+
+def copier(out, ranks: int) -> Callable[[np.ndarray, np.ndarray], None]:
+    """How to copy pieces into ``out`` when ``ranks`` ranks each write an output
+    of its size: streamed where that adds up to ``STREAM_BYTES``, else
+    ``np.copyto``."""
+    if (_ntcopy is None or not STREAM_BYTES or not isinstance(out, np.ndarray)
+            or out.nbytes * ranks < STREAM_BYTES):
+        return np.copyto
+    return stream_copy
+
+
+def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``np.copyto(dst, src)`` with streaming stores, for two contiguous arrays
+    of one dtype and size (anything else, and small copies, go to numpy)."""
+    if (dst.nbytes < 4096 or dst.dtype != src.dtype or dst.shape != src.shape
+            or not dst.flags.c_contiguous or not src.flags.c_contiguous
+            or not dst.flags.writeable or np.may_share_memory(dst, src)):
+        np.copyto(dst, src)
+        return
+    _ntcopy.copy(dst.ctypes.data, src.ctypes.data, dst.nbytes)
