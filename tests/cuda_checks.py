@@ -14,6 +14,8 @@ Prints one line per failure; exit status 1 if any.
 """
 from __future__ import annotations
 
+import glob
+import os
 import sys
 
 import cupy
@@ -96,9 +98,16 @@ def main() -> int:
                     if "mixed" not in str(e):
                         fails.append(f"mixed kinds between ranks: {e}")
             comm.barrier()
+    fails += left_behind()
     for f in fails:
         print(f"FAIL rank {r}: {f}", flush=True)
     return 1 if fails else 0
+
+
+def left_behind() -> list[str]:
+    """The stand-in's "device memory" files of this process still in /dev/shm
+    (its allocations are files named after the process; CuPy makes none)."""
+    return [f"device memory left in {p}" for p in glob.glob(f"/dev/shm/standin-cuda-{os.getpid()}-*")]
 
 
 def setup_fails(words: list[str]) -> int:
@@ -113,6 +122,7 @@ def setup_fails(words: list[str]) -> int:
             fails.append(f"message {str(e)!r} lacks {words}")
     except Exception as e:
         fails.append(f"{type(e).__name__}: {e}, expected ValueError")
+    fails += left_behind()
     MPI.COMM_WORLD.Barrier()
     with cc.init(transport="shm") as comm:  # the ranks are in step
         if comm.all_reduce(np.ones(1))[0] != comm.size:
