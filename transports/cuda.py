@@ -88,145 +88,6 @@ def _settings() -> int:
     return slot_bytes
 
 
-class CudaTransport(ShmTransport):
-    name = "cuda"
-    device: int | None = None  # the device current at init: arrays must be on it
-
-    def __init__(self, mpicomm, timeout: float, pids, local):
-        agree(mpicomm, probe(), "transport='cuda' needs CuPy and a CUDA device on every rank")
-        self.dev_slot_bytes = _wire.rank0_settings(mpicomm, _settings)
-        self.endpoint_class = CudaEndpoint
-        super().__init__(mpicomm, timeout, pids, local)
-        cp = self.cp = _cupy()
-        self.rt = cp.cuda.runtime
-        self.ipc = IpcSlots(self.rt, self.rank, self.size, self.nslots, self.dev_slot_bytes)
-        self._flags = None  # release flags for close(): rank r sets byte r once it has unmapped
-        try:
-            self._setup(mpicomm)
-        except BaseException:  # agreed: every rank is here, at the same step
-            self._release(free=True)
-            super().close()
-            raise
-
-    def gpu(self):
-        """This transport's device as a context: a new one per use, since a
-        CuPy Device keeps the devices to restore per object, and the caller's
-        thread and the worker's may enter it at once."""
-        return self.cp.cuda.Device(self.device)
-
-    # -- start-up -----------------------------------------------------------
-    def _setup(self, mpicomm) -> None:
-        """Local steps, each agreed by every rank before the next collective step."""
-        ipc = self.ipc
-        agreed(mpicomm, "creating streams and events", self._streams)
-        self._flags = open_segment(mpicomm, align(max(self.size, 1), PAGE))  # raises on all
-        if self.size == 1:
-            return
-        mine = agreed(mpicomm, "allocating device slots and events", self._export)
-        all_mem, all_handles, buses = ipc.gather(mpicomm, *mine)
-        agreed(mpicomm, "opening the peers' device slots and events", self._open,
-               all_mem, all_handles, buses)
-        for ctx, ep in enumerate((self.coll, self.p2p)):
-            ep.attach(*ipc.events(ctx))
-
-    def _streams(self) -> None:
-        self.device = self.rt.getDevice()
-        with self.gpu():
-            for ep in (self.coll, self.p2p):
-                ep.stream = self.cp.cuda.Stream(non_blocking=True)
-                ep.done_event = self.cp.cuda.Event(disable_timing=True)
-
-    def _export(self) -> tuple:
-        """This rank's handles (cuda_ipc), and its GPU's PCI bus id."""
-        with self.gpu():
-            return (*self.ipc.export(), self.rt.deviceGetPCIBusId(self.device))
-
-    def _open(self, all_mem, all_handles, buses: list[str]) -> None:
-        with self.gpu():
-            check_peer_access(self.rt, self.device, buses, self.rank)
-            self.ipc.open(all_mem, all_handles)
-
-    def peer_slot(self, src: int, ctx: int, k: int, nbytes: int):
-        """The first ``nbytes`` of src's device slot k towards this rank, as a
-        CuPy uint8 array over the IPC-mapped memory (read in place)."""
-        cp = self.cp
-        mem = cp.cuda.UnownedMemory(self.ipc.peer_slot(src, ctx, k), nbytes, self, self.device)
-        return cp.ndarray((nbytes,), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
-
-    # -- streams ------------------------------------------------------------
-    def follow_caller(self, stream) -> None:
-        """Make ``stream`` wait for the work issued so far on the caller's stream."""
-        ev = self.cp.cuda.Event(disable_timing=True)
-        ev.record(self.cp.cuda.get_current_stream())
-        self.rt.streamWaitEvent(stream.ptr, ev.ptr)
-
-    def settle(self, ep: "CudaEndpoint") -> None:
-        """Return once ``ep``'s stream has done all its work, polling with the
-        endpoint's deadline (a dead peer or a stalled GPU raises, not hangs)."""
-        rt = self.rt
-        ev = ep.done_event.ptr
-        rt.eventRecord(ev, ep.stream.ptr)
-        dl, polls, nap = None, 0, 0.0
-        peers = [p for p in range(self.size) if p != self.rank]
-        while True:
-            status = rt.eventQuery(ev)
-            if status == 0:
-                return
-            if status != _NOT_READY:
-                raise CollectiveError(f"CUDA error {status} in {ep.what}")
-            polls += 1
-            if polls < 64:
-                os.sched_yield()
-                continue
-            dl = dl or Deadline(self.timeout, self.rank)
-            dl.check(self.liveness, lambda: peers, lambda: peers, ep.what)
-            nap = min(0.001, nap * 2 or 2e-5)
-            time.sleep(nap)
-
-    def on_device(self, body, call: str):
-        """Wrap a collective's ``body(ep)`` on CuPy arrays: after the caller's
-        work (as of now), on the endpoint's stream, finished on return."""
-        with self.gpu():
-            fence = self.cp.cuda.Event(disable_timing=True)
-            fence.record(self.cp.cuda.get_current_stream())
-
-        def run(ep):
-            with self.gpu(), ep.stream:
-                self.rt.streamWaitEvent(ep.stream.ptr, fence.ptr)
-                result = body(ep)
-                self.settle(ep)
-            return result
-        return run
-
-    # -- shutdown -----------------------------------------------------------
-    def close(self) -> None:
-        try:
-            self._release(free=True)
-        finally:
-            super().close()
-
-    def _release(self, free: bool) -> None:
-        """Unmap the peers' regions and events, then free this rank's own once
-        every peer has unmapped it (``IpcSlots.release``)."""
-        if getattr(self, "rt", None) is None:
-            return
-        flags = self._flags
-        others = [p for p in range(self.size) if p != self.rank]
-        try:
-            with self.gpu():
-                streams = [ep.stream for ep in (self.coll, self.p2p) if ep.stream is not None]
-                if any(self.rt.streamQuery(s.ptr) != 0 for s in streams):
-                    return  # work still queued after an error: leave the mappings alone
-                self.ipc.release(flags, free, lambda: bool(self.liveness.dead(others)))
-        except Exception:
-            pass  # a context already torn down at exit: nothing left to release
-        finally:
-            if flags is not None:
-                self._flags = None
-                flags.close()
-            self.rt = None
-
-
 class DevSend(Send):
     __slots__ = ("ptr",)
     external = True
@@ -407,3 +268,142 @@ class CudaEndpoint(ShmEndpoint):
         if f is None:
             f = self.ops[op] = getattr(self.t.cp, op.__name__)
         return f
+
+
+class CudaTransport(ShmTransport):
+    name = "cuda"
+    endpoint_class = CudaEndpoint
+    device: int | None = None  # the device current at init: arrays must be on it
+
+    def __init__(self, mpicomm, timeout: float, pids, local):
+        agree(mpicomm, probe(), "transport='cuda' needs CuPy and a CUDA device on every rank")
+        self.dev_slot_bytes = _wire.rank0_settings(mpicomm, _settings)  # before the endpoints
+        super().__init__(mpicomm, timeout, pids, local)
+        cp = self.cp = _cupy()
+        self.rt = cp.cuda.runtime
+        self.ipc = IpcSlots(self.rt, self.rank, self.size, self.nslots, self.dev_slot_bytes)
+        self._flags = None  # release flags for close(): rank r sets byte r once it has unmapped
+        try:
+            self._setup(mpicomm)
+        except BaseException:  # agreed: every rank is here, at the same step
+            self._release(free=True)
+            super().close()
+            raise
+
+    def gpu(self):
+        """This transport's device as a context: a new one per use, since a
+        CuPy Device keeps the devices to restore per object, and the caller's
+        thread and the worker's may enter it at once."""
+        return self.cp.cuda.Device(self.device)
+
+    # -- start-up -----------------------------------------------------------
+    def _setup(self, mpicomm) -> None:
+        """Local steps, each agreed by every rank before the next collective step."""
+        ipc = self.ipc
+        agreed(mpicomm, "creating streams and events", self._streams)
+        self._flags = open_segment(mpicomm, align(max(self.size, 1), PAGE))  # raises on all
+        if self.size == 1:
+            return
+        mine = agreed(mpicomm, "allocating device slots and events", self._export)
+        all_mem, all_handles, buses = ipc.gather(mpicomm, *mine)
+        agreed(mpicomm, "opening the peers' device slots and events", self._open,
+               all_mem, all_handles, buses)
+        for ctx, ep in enumerate((self.coll, self.p2p)):
+            ep.attach(*ipc.events(ctx))
+
+    def _streams(self) -> None:
+        self.device = self.rt.getDevice()
+        with self.gpu():
+            for ep in (self.coll, self.p2p):
+                ep.stream = self.cp.cuda.Stream(non_blocking=True)
+                ep.done_event = self.cp.cuda.Event(disable_timing=True)
+
+    def _export(self) -> tuple:
+        """This rank's handles (cuda_ipc), and its GPU's PCI bus id."""
+        with self.gpu():
+            return (*self.ipc.export(), self.rt.deviceGetPCIBusId(self.device))
+
+    def _open(self, all_mem, all_handles, buses: list[str]) -> None:
+        with self.gpu():
+            check_peer_access(self.rt, self.device, buses, self.rank)
+            self.ipc.open(all_mem, all_handles)
+
+    def peer_slot(self, src: int, ctx: int, k: int, nbytes: int):
+        """The first ``nbytes`` of src's device slot k towards this rank, as a
+        CuPy uint8 array over the IPC-mapped memory (read in place)."""
+        cp = self.cp
+        mem = cp.cuda.UnownedMemory(self.ipc.peer_slot(src, ctx, k), nbytes, self, self.device)
+        return cp.ndarray((nbytes,), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
+
+    # -- streams ------------------------------------------------------------
+    def follow_caller(self, stream) -> None:
+        """Make ``stream`` wait for the work issued so far on the caller's stream."""
+        ev = self.cp.cuda.Event(disable_timing=True)
+        ev.record(self.cp.cuda.get_current_stream())
+        self.rt.streamWaitEvent(stream.ptr, ev.ptr)
+
+    def settle(self, ep: "CudaEndpoint") -> None:
+        """Return once ``ep``'s stream has done all its work, polling with the
+        endpoint's deadline (a dead peer or a stalled GPU raises, not hangs)."""
+        rt = self.rt
+        ev = ep.done_event.ptr
+        rt.eventRecord(ev, ep.stream.ptr)
+        dl, polls, nap = None, 0, 0.0
+        peers = [p for p in range(self.size) if p != self.rank]
+        while True:
+            status = rt.eventQuery(ev)
+            if status == 0:
+                return
+            if status != _NOT_READY:
+                raise CollectiveError(f"CUDA error {status} in {ep.what}")
+            polls += 1
+            if polls < 64:
+                os.sched_yield()
+                continue
+            dl = dl or Deadline(self.timeout, self.rank)
+            dl.check(self.liveness, lambda: peers, lambda: peers, ep.what)
+            nap = min(0.001, nap * 2 or 2e-5)
+            time.sleep(nap)
+
+    def on_device(self, body, call: str):
+        """Wrap a collective's ``body(ep)`` on CuPy arrays: after the caller's
+        work (as of now), on the endpoint's stream, finished on return."""
+        with self.gpu():
+            fence = self.cp.cuda.Event(disable_timing=True)
+            fence.record(self.cp.cuda.get_current_stream())
+
+        def run(ep):
+            with self.gpu(), ep.stream:
+                self.rt.streamWaitEvent(ep.stream.ptr, fence.ptr)
+                result = body(ep)
+                self.settle(ep)
+            return result
+        return run
+
+    # -- shutdown -----------------------------------------------------------
+    def close(self) -> None:
+        try:
+            self._release(free=True)
+        finally:
+            super().close()
+
+    def _release(self, free: bool) -> None:
+        """Unmap the peers' regions and events, then free this rank's own once
+        every peer has unmapped it (``IpcSlots.release``)."""
+        if getattr(self, "rt", None) is None:
+            return
+        flags = self._flags
+        others = [p for p in range(self.size) if p != self.rank]
+        try:
+            with self.gpu():
+                streams = [ep.stream for ep in (self.coll, self.p2p) if ep.stream is not None]
+                if any(self.rt.streamQuery(s.ptr) != 0 for s in streams):
+                    return  # work still queued after an error: leave the mappings alone
+                self.ipc.release(flags, free, lambda: bool(self.liveness.dead(others)))
+        except Exception:
+            pass  # a context already torn down at exit: nothing left to release
+        finally:
+            if flags is not None:
+                self._flags = None
+                flags.close()
+            self.rt = None

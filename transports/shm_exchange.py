@@ -100,7 +100,15 @@ class Exchange:
             u32[i] = (u32[i] + 1) & MASK
             if u32[s] or u32[s + 1]:
                 _futex.wake(t.addr + 4 * i)
-        self._wait(k, block)
+        seqs = self.peer_seq
+        for _ in range(PRESPIN):  # a peer a few microseconds behind: no sleep
+            for i in seqs:
+                if q[i] < k:
+                    break
+            else:
+                break
+        else:
+            self._wait(k, block)
         for p, i in zip(self.peers, self.peer_meta[par]):
             want = nb if root is None or root == p else 0
             if q[i] != want or q[i + call] != tag:
@@ -111,16 +119,9 @@ class Exchange:
         return views
 
     def _wait(self, k: int, block: Callable) -> None:
-        """Until every peer has published exchange ``k``."""
-        q, seqs = self.t.q64, self.peer_seq
-        for _ in range(PRESPIN):  # a peer a few microseconds behind: no sleep
-            for i in seqs:
-                if q[i] < k:
-                    break
-            else:
-                return
-        peers = self.peers
-        late = list(zip(peers, seqs))
+        """Wait like any call until every peer has published exchange ``k``."""
+        q, peers = self.t.q64, self.peers
+        late = list(zip(peers, self.peer_seq))
 
         def step():
             nonlocal late
