@@ -102,7 +102,7 @@ class ShmTransport(Transport):
         i, s = self.bells[peer], self.sleeping[peer]
         u32 = self.u32
         u32[i] = (u32[i] + 1) & MASK
-        if u32[s] or u32[s + 1]:  # either endpoint's
+        if u32[s] or u32[s + 1]:  # the SLEEPING flag of coll (ctx 0) or of p2p (ctx 1)
             _futex.wake(self.addr + 4 * i)
 
     def set_arrived(self, seq: int) -> None:

@@ -98,7 +98,7 @@ class Exchange:
         q[self.my_seq] = k
         for i, s in self.bells:
             u32[i] = (u32[i] + 1) & MASK
-            if u32[s] or u32[s + 1]:
+            if u32[s] or u32[s + 1]:  # a SLEEPING flag (coll or p2p) is set
                 _futex.wake(t.addr + 4 * i)
         seqs = self.peer_seq
         for _ in range(PRESPIN):  # a peer a few microseconds behind: no sleep
