@@ -1,14 +1,21 @@
 """Checks of CuPy arrays on the cuda transport, run under mpiexec by test_cuda.py.
 
     mpiexec -n N python tests/cuda_checks.py
+    mpiexec -n N python tests/cuda_checks.py setup-fails WORD...
 
 Bad input (each raises before any byte moves), numpy arrays beside CuPy
 ones on one communicator, CuPy arrays refused by a host-only transport, and
 numpy and CuPy arrays mixed between ranks (a CollectiveError, not a hang).
+``setup-fails``: transport='cuda' must raise ValueError with every WORD in
+its message on every rank (a set-up step made to fail on one rank, through
+the stand-in's STANDIN_CUPY_FAIL), and the ranks must still work together
+afterwards (an MPI barrier and a shm communicator).
 Prints one line per failure; exit status 1 if any.
 """
 from __future__ import annotations
 
+import glob
+import os
 import sys
 
 import cupy
@@ -91,10 +98,41 @@ def main() -> int:
                     if "mixed" not in str(e):
                         fails.append(f"mixed kinds between ranks: {e}")
             comm.barrier()
+    fails += left_behind()
+    for f in fails:
+        print(f"FAIL rank {r}: {f}", flush=True)
+    return 1 if fails else 0
+
+
+def left_behind() -> list[str]:
+    """The stand-in's "device memory" files of this process still in /dev/shm
+    (its allocations are files named after the process; CuPy makes none)."""
+    return [f"device memory left in {p}" for p in glob.glob(f"/dev/shm/standin-cuda-{os.getpid()}-*")]
+
+
+def setup_fails(words: list[str]) -> int:
+    from mpi4py import MPI
+    r = MPI.COMM_WORLD.Get_rank()
+    fails = []
+    try:
+        cc.init(transport="cuda", timeout=20).close()
+        fails.append("transport='cuda' came up")
+    except ValueError as e:
+        if not all(w in str(e) for w in words):
+            fails.append(f"message {str(e)!r} lacks {words}")
+    except Exception as e:
+        fails.append(f"{type(e).__name__}: {e}, expected ValueError")
+    fails += left_behind()
+    MPI.COMM_WORLD.Barrier()
+    with cc.init(transport="shm") as comm:  # the ranks are in step
+        if comm.all_reduce(np.ones(1))[0] != comm.size:
+            fails.append("all_reduce on shm after the failure")
     for f in fails:
         print(f"FAIL rank {r}: {f}", flush=True)
     return 1 if fails else 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["setup-fails"]:
+        sys.exit(setup_fails(sys.argv[2:]))
     sys.exit(main())

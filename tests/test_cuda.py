@@ -9,6 +9,9 @@
   which runs the transport's protocol (device slots, IPC handles, events,
   chunking, counters, errors) without a GPU, though not the GPU's ordering;
   and the error that transport='cuda' gives without CuPy or a GPU.
+* On the stand-in only: a CUDA call of set-up that fails on one rank makes
+  every rank raise (none waits in an MPI call), and ranks on two GPUs with
+  and without peer access.
 """
 import json
 import os
@@ -57,10 +60,45 @@ def test_bytes_per_algorithm_on_cupy_arrays(side, extra, n):
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.parametrize("side,extra", SIDES)
 def test_cupy_checks(side, extra, n):
-    before = shm_files() | shm_files("standin-cuda-")
+    before = shm_files()  # each rank checks its own device memory (the stand-in's files)
     p = run_mpi(n, ["tests/cuda_checks.py"], timeout=120, **_env(extra))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert shm_files() | shm_files("standin-cuda-") <= before, "segments left in /dev/shm"
+    assert shm_files() <= before, "segments left in /dev/shm"
+
+
+# (what the stand-in makes fail on rank 1, in which set-up step)
+SETUP_FAILURES = [("Stream", "creating streams"),
+                  ("malloc", "allocating device slots"),
+                  ("ipcGetMemHandle", "allocating device slots"),
+                  ("ipcOpenMemHandle", "opening the peers'")]
+
+
+@pytest.mark.parametrize("call,step", SETUP_FAILURES, ids=[c for c, _ in SETUP_FAILURES])
+def test_setup_failure_on_one_rank_raises_on_every_rank(call, step):
+    """Rank 1 of 3 fails a CUDA call in set-up: every rank raises ValueError
+    naming rank 1, its call and the step, none waits in an MPI call, and no
+    rank leaves device memory behind (checked by each rank)."""
+    before = shm_files()
+    p = run_mpi(3, ["tests/cuda_checks.py", "setup-fails", "rank 1", call, step], timeout=90,
+                STANDIN_CUPY_FAIL=f"{call}:1", **standin_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert shm_files() <= before, "segments left in /dev/shm"
+
+
+def test_two_gpus_with_peer_access():
+    """Ranks on two GPUs that can access each other: the CuPy checks pass."""
+    p = run_mpi(2, ["tests/cuda_checks.py"], timeout=120, STANDIN_CUPY_DEVICES="2",
+                **standin_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_gpus_without_peer_access_are_named():
+    """Two ranks on two GPUs that cannot access each other as peers: every
+    rank raises, naming the cause."""
+    p = run_mpi(2, ["tests/cuda_checks.py", "setup-fails", "as a peer", "rank 0", "rank 1",
+                    "cudaDeviceCanAccessPeer"], timeout=90, STANDIN_CUPY_DEVICES="2",
+                STANDIN_CUPY_PEER_ACCESS="0", **standin_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
 
 
 @pytest.mark.skipif(MISSING is None, reason="CuPy and a GPU are here")

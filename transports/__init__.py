@@ -3,7 +3,9 @@
 ``open_transport(kind, mpicomm, timeout)`` is the only entry point the layer
 above uses.  ``"auto"`` picks ``cuda`` (CUDA IPC, which also carries numpy
 arrays through shared memory) when every rank is on one host, has imported
-CuPy before and sees a GPU; ``shm`` on one host otherwise; ``mpi`` across hosts.  MPI provides ranks, process ids and host grouping at start-up.
+CuPy before and sees a GPU; ``shm`` on one host otherwise; ``mpi`` across
+hosts.  MPI provides ranks, process ids and host grouping at start-up.
+``TAG_UB`` is the largest tag every transport carries.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import os
 import socket
 
 from . import _wire
-from .base import Endpoint, Request, Transport
+from .base import TAG_UB, Endpoint, Request, Transport
 from .errors import CollectiveError, CollectiveTimeout, PeerFailure
 
 KINDS = ("auto", "shm", "mpi", "cuda")
@@ -50,4 +52,4 @@ def open_transport(kind: str, mpicomm, timeout: float) -> Transport:
 
 
 __all__ = ["open_transport", "host_layout", "Endpoint", "Request", "Transport",
-           "CollectiveError", "CollectiveTimeout", "PeerFailure", "KINDS"]
+           "CollectiveError", "CollectiveTimeout", "PeerFailure", "KINDS", "TAG_UB"]

@@ -48,3 +48,17 @@ def all_true(mpicomm, flag: bool) -> bool:
     every = np.empty_like(mine)
     mpicomm.Allreduce(mine, every, op=MPI.MIN)
     return bool(every[0])
+
+
+def rank0_settings(mpicomm, read):
+    """``read()`` on rank 0, broadcast; or rank 0's ValueError raised on every rank."""
+    settings = None
+    if mpicomm.Get_rank() == 0:
+        try:
+            settings = read()
+        except ValueError as e:
+            settings = str(e)
+    settings = bcast(mpicomm, settings)
+    if isinstance(settings, str):  # every rank raises rank 0's complaint
+        raise ValueError(settings)
+    return settings

@@ -4,10 +4,16 @@ A transport connects the ranks of one communicator.  It has two endpoints
 that never mix: ``coll`` carries the collectives (messages between a pair
 arrive in the order sent, and every rank runs the same schedule, so they
 match in order) and ``p2p`` carries the user's ``send``/``recv`` (matched by
-tag, like MPI).  Each endpoint counts the payload bytes of the messages it
-completes (one thread drives an endpoint, so no count is lost); the
-transport's ``sent_bytes``/``recv_bytes`` add the two.  This is the only
-place where traffic is counted.
+tag, like MPI).
+
+Traffic is counted in the endpoints and nowhere else: each counts the
+payload bytes of the messages it completes and of its exchanges (one thread
+drives an endpoint, so no count is lost), and the transport's
+``sent_bytes``/``recv_bytes`` add the two.  The one thing an endpoint cannot
+see is how much of a contribution to ``exchange()`` its peers read where
+they read it straight out of shared memory; the algorithms that read only
+part (``sent``/``recv`` of ``exchange()``) say so, and the endpoint counts
+that figure instead of the whole.
 
 All buffers handed to an endpoint are 1-D, C-contiguous numpy arrays (or,
 on the cuda transport, CuPy arrays); a receive must be given exactly the
@@ -39,6 +45,22 @@ def _stall_warn() -> float:
 STALL_WARN = _stall_warn()
 
 Reducer = Callable[..., np.ndarray]  # a binary numpy ufunc used as op(acc, x, out=acc)
+
+# The largest tag a transport must carry: the least upper bound on tags that
+# MPI guarantees (MPI_TAG_UB is at least 32767), so a tag means the same on
+# every transport.
+TAG_UB = 32767
+
+
+def env_int(name: str, default: int) -> int:
+    """The integer in environment variable ``name``; ``default`` if unset or empty."""
+    v = os.environ.get(name)
+    return int(v) if v else default
+
+
+def as_bytes(a):
+    """The bytes of a contiguous array (numpy or CuPy), as a flat uint8 view."""
+    return a.reshape(-1).view(np.uint8)
 
 
 class Request:
@@ -99,11 +121,14 @@ class Endpoint:
         ``root``: only that rank's contribution counts (a broadcast: the
         others' rows are undefined).
 
-        Bytes: (N-1)*S sent and received ((N-1)*S sent by root and S received
-        by the others with ``root``).  Transports with shared memory override
-        this with a single copy in and direct reads; they count ``sent`` and
-        ``recv`` instead, where given: the bytes the peers read of this
-        rank's contribution and this rank reads of theirs, when not all.
+        Bytes counted: (N-1)*S sent and received ((N-1)*S sent by root and S
+        received by the others with ``root``).  Transports with shared
+        memory override this with a single copy in and direct reads, where a
+        peer may read only part of a contribution: ``sent`` and ``recv``,
+        given by an algorithm whose peers do, are the bytes the peers read
+        of this rank's contribution and this rank reads of theirs, and are
+        counted instead (without ``root``); this form moves every byte and
+        ignores them.
         """
         n, r = self.size, self.rank
         if isinstance(buf, (list, tuple)):

@@ -18,10 +18,9 @@ from typing import Iterable
 import numpy as np
 from mpi4py import MPI
 
-from .base import Deadline, Endpoint, Reducer, Request, Transport
+from .base import TAG_UB, Deadline, Endpoint, Reducer, Request, Transport, as_bytes
 from .errors import CollectiveError, PeerFailure
 
-TAG_UB = 32767  # the least upper bound on tags that MPI guarantees
 # a wait polls this many times, yielding the core, then naps between polls,
 # doubling from 20 us up to _NAP_MAX seconds
 _POLLS = 64
@@ -109,7 +108,7 @@ class MpiEndpoint(Endpoint):
 
     def _post(self, start, buf, peer, tag, sending, acc=None, op=None) -> Request:
         self._check_peer(peer)
-        b = buf.reshape(-1).view(np.uint8)
+        b = as_bytes(buf)
         with self.t.lock:
             req = start([b, MPI.BYTE], peer, self._tag(tag))
         return _Req(self, req, peer, b.nbytes, sending, acc, op, buf)

@@ -10,6 +10,15 @@ this process, created or opened, and not yet destroyed).  Arrays wrap numpy
 arrays and are not numpy arrays, so the library takes the device path for
 them.  This checks the transport's protocol (slots, offsets, handles,
 chunking, counters, errors), not GPU ordering: that needs a GPU.
+
+Environment (the rank is MPICH's ``PMI_RANK``):
+
+* ``STANDIN_CUPY_FAIL=CALL:RANK[,CALL:RANK...]``: ``runtime.CALL`` (or
+  ``Stream``) raises ``CUDARuntimeError`` on rank RANK, to test set-up
+  failures;
+* ``STANDIN_CUPY_DEVICES=K``: K devices, rank r's current one r mod K (all
+  "device" memory is host memory either way);
+* ``STANDIN_CUPY_PEER_ACCESS=0``: no device can access another as a peer.
 """
 from __future__ import annotations
 
@@ -23,6 +32,19 @@ import numpy as np
 
 uint8 = np.uint8
 _PREFIX = "standin-cuda-"
+_RANK = os.environ.get("PMI_RANK", "0")
+_FAIL = {c for c, _, r in (f.partition(":") for f in
+                           os.environ.get("STANDIN_CUPY_FAIL", "").split(",")) if r == _RANK}
+_DEVICES = int(os.environ.get("STANDIN_CUPY_DEVICES") or 1)
+
+
+class CUDARuntimeError(RuntimeError):
+    pass
+
+
+def _may_fail(call: str) -> None:
+    if call in _FAIL:
+        raise CUDARuntimeError(f"{call} failed on rank {_RANK} (stand-in: STANDIN_CUPY_FAIL)")
 
 
 def _unwrap(v):
@@ -75,7 +97,7 @@ class ndarray:
     itemsize = property(lambda self: self._a.itemsize)
     flags = property(lambda self: _Flags(self._a))
     data = property(lambda self: _Ptr(self._a))
-    device = property(lambda self: Device(0))
+    device = property(lambda self: Device(runtime.getDevice()))
 
     def _view(self, a):
         return ndarray._of(a, self.base if self.base is not None else self)
@@ -172,24 +194,31 @@ add, multiply, maximum, minimum = (_ufunc(f) for f in (np.add, np.multiply, np.m
 # -- cuda ------------------------------------------------------------------------
 
 class Device:
-    def __init__(self, i=0):
-        self.id = i
-        self.pci_bus_id = f"0000:00:{i:02x}.0"
+    """As in CuPy, entering makes the device current and keeps, per object,
+    the device to restore on exit."""
+
+    def __init__(self, i=None):
+        self.id = runtime.getDevice() if i is None else i
+        self.pci_bus_id = runtime.deviceGetPCIBusId(self.id)
+        self._stack: list = []
 
     def use(self):
-        pass
+        runtime.setDevice(self.id)
 
     def __enter__(self):
+        self._stack.append(runtime.getDevice())
+        runtime.setDevice(self.id)
         return self
 
     def __exit__(self, *e):
-        pass
+        runtime.setDevice(self._stack.pop())
 
 
 class Stream:
     _ids = itertools.count(1)
 
     def __init__(self, non_blocking=False):
+        _may_fail("Stream")
         self.ptr = next(Stream._ids)
 
     def __enter__(self):
@@ -228,13 +257,30 @@ class _Runtime(types.SimpleNamespace):
     memcpyDefault = 4
 
     def __init__(self):
-        super().__init__(maps={}, ids=itertools.count(1))
+        super().__init__(maps={}, ids=itertools.count(1), current=int(_RANK) % _DEVICES)
 
     def getDeviceCount(self):
-        return 1
+        return _DEVICES
 
     def getDevice(self):
-        return 0
+        return self.current
+
+    def setDevice(self, i):
+        if not 0 <= i < _DEVICES:
+            raise CUDARuntimeError(f"cudaErrorInvalidDevice: device {i}")
+        self.current = i
+
+    def deviceGetPCIBusId(self, i):
+        return f"0000:{i + 1:02x}:00.0"
+
+    def deviceGetByPCIBusId(self, bus):
+        for i in range(_DEVICES):
+            if self.deviceGetPCIBusId(i) == bus:
+                return i
+        raise CUDARuntimeError(f"cudaErrorInvalidDevice: no device at {bus}")
+
+    def deviceCanAccessPeer(self, i, j):
+        return int(os.environ.get("STANDIN_CUPY_PEER_ACCESS", "1") != "0")
 
     def _map(self, name, size=None):
         fd = os.open(f"/dev/shm/{name}", os.O_RDWR | (os.O_CREAT if size else 0), 0o600)
@@ -249,6 +295,7 @@ class _Runtime(types.SimpleNamespace):
         return addr
 
     def malloc(self, size):
+        _may_fail("malloc")
         return self._map(f"{_PREFIX}{os.getpid()}-{next(self.ids)}", size)
 
     def free(self, addr):
@@ -256,15 +303,18 @@ class _Runtime(types.SimpleNamespace):
         os.unlink(f"/dev/shm/{name}")
 
     def ipcGetMemHandle(self, addr):
+        _may_fail("ipcGetMemHandle")
         return self.maps[addr][0].encode().ljust(64, b"\0")
 
     def ipcOpenMemHandle(self, handle, flags=1):
+        _may_fail("ipcOpenMemHandle")
         return self._map(handle.rstrip(b"\0").decode())
 
     def ipcCloseMemHandle(self, addr):
         self.maps.pop(addr)
 
     def eventCreateWithFlags(self, flags):
+        _may_fail("eventCreateWithFlags")
         ev = next(self.ids)
         _events.add(ev)
         return ev
@@ -301,7 +351,8 @@ class _Runtime(types.SimpleNamespace):
 
 
 runtime = _Runtime()
-_current = Stream()
+_current = Stream.__new__(Stream)  # the default stream (which STANDIN_CUPY_FAIL spares)
+_current.ptr = 0
 cuda = types.SimpleNamespace(
     runtime=runtime, Device=Device, Stream=Stream, Event=Event, UnownedMemory=UnownedMemory,
     MemoryPointer=MemoryPointer, get_current_stream=lambda: _current,

@@ -1,0 +1,130 @@
+"""The staged exchange of the collective endpoint, through the exchange buffers.
+
+Every rank has two exchange buffers in the segment.  Exchange k: a rank
+copies its contribution into its buffer k mod 2 (no copy when it filled the
+buffer in place, through ``stage``), publishes its size and collective in
+that buffer's fields and then k as its ``exchanged`` word, rings every peer,
+waits until every peer has published k, checks what they published, and
+returns views of all N buffers.  Two buffers are enough: a rank in exchange
+k has finished k-1, so every peer has entered k-1 and finished reading k-2.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from . import _futex
+from .errors import CollectiveError
+from .shm_segment import EXCHANGED, MASK, XMETA_CALL
+
+if TYPE_CHECKING:
+    from .shm import ShmTransport
+
+# how many times exchange() looks for late peers before it waits like any call
+PRESPIN = 8
+
+
+class Exchange:
+    """The exchanges of one endpoint (the coll endpoint of more than one rank)."""
+
+    def __init__(self, t: ShmTransport, peers: list[int]):
+        self.t, self.peers, self.rank = t, peers, t.rank
+        self.staged = None  # stage()'s array, published by the next exchange
+        self.last: tuple = (None, -1)  # the last call's dtype, nbytes, views per parity
+        # the words in the rank blocks: this rank's exchanged word and
+        # (bytes, call) per buffer parity; the peers' doorbells, exchanged
+        # words and (bytes, call) per parity
+        lay, me = t.layout, t.rank
+        self.my_seq = lay.i64(me, EXCHANGED)
+        self.my_meta = [lay.xmeta(me, b) for b in (0, 1)]
+        self.bells = [(t.bells[p], t.sleeping[p]) for p in peers]
+        self.peer_seq = [lay.i64(p, EXCHANGED) for p in peers]
+        self.peer_meta = [[lay.xmeta(p, b) for p in peers] for b in (0, 1)]
+        self.call = XMETA_CALL // 8  # the call's word after the bytes' word
+
+    def release(self) -> None:
+        self.last, self.staged = (None, -1), None  # views of the segment
+
+    def stage(self, count: int, like) -> np.ndarray | None:
+        """This rank's buffer for the next exchange, as ``count`` elements of
+        ``like``'s dtype to fill in place; exchange() of the array returned
+        then publishes it without a copy.  The views that the previous
+        exchange returned stay valid until that exchange (peers cannot
+        reuse their buffers before this rank has published).  None where the
+        next exchange would not go through the buffers."""
+        nb = count * like.itemsize
+        if nb > self.t.xchg_bytes or not isinstance(like, np.ndarray):
+            return None
+        self.staged = self.t.xchg_views(self.t.xchg_seq + 1, like.dtype, nb)[self.rank]
+        return self.staged
+
+    def run(self, buf, nb: int, root: int | None, tag: int,
+            block: Callable) -> list[np.ndarray]:
+        """Exchange ``buf`` (an array or a list of arrays, ``nb`` bytes in all,
+        at most xchg_bytes) in collective ``tag``; ``root``: only its
+        contribution is published (the others publish 0 bytes).  ``block``
+        is the endpoint's wait (``ShmEndpoint.block``)."""
+        t = self.t
+        if isinstance(buf, np.ndarray):
+            pieces, dtype = None, buf.dtype
+        else:
+            pieces, dtype = buf, buf[0].dtype
+        t.xchg_seq = k = t.xchg_seq + 1
+        if dtype is self.last[0] and nb == self.last[1]:  # the last call's shape again
+            views = self.last[2 + (k & 1)]
+        else:
+            views = t.xchg_views(k, dtype, nb)
+            self.last = (dtype, nb, *(t.xchg_views(j, dtype, nb) for j in (0, 1)))
+        me = self.rank
+        mine = nb if root is None or root == me else 0
+        if mine and buf is not self.staged:
+            v = views[me]
+            if pieces is None:
+                v[...] = buf if buf.ndim == 1 else buf.reshape(-1)
+            else:
+                o = 0
+                for p in pieces:
+                    np.copyto(v[o:o + p.size], p.reshape(-1))
+                    o += p.size
+        self.staged = None
+        # publish: size and call (kept per buffer, like the data), then the
+        # sequence number; then ring every peer (inline: this is the hot path
+        # of every small call)
+        q, u32, par, call = t.q64, t.u32, k & 1, self.call
+        w = self.my_meta[par]
+        q[w] = mine
+        q[w + call] = tag
+        q[self.my_seq] = k
+        for i, s in self.bells:
+            u32[i] = (u32[i] + 1) & MASK
+            if u32[s] or u32[s + 1]:  # a SLEEPING flag (coll or p2p) is set
+                _futex.wake(t.addr + 4 * i)
+        seqs = self.peer_seq
+        for _ in range(PRESPIN):  # a peer a few microseconds behind: no sleep
+            for i in seqs:
+                if q[i] < k:
+                    break
+            else:
+                break
+        else:
+            self._wait(k, block)
+        for p, i in zip(self.peers, self.peer_meta[par]):
+            want = nb if root is None or root == p else 0
+            if q[i] != want or q[i + call] != tag:
+                raise CollectiveError(
+                    f"mismatched collectives: rank {p} contributed {q[i]} bytes to call "
+                    f"#{q[i + call]} where rank {me} expects {want} bytes in call #{tag}",
+                    ranks=[p])
+        return views
+
+    def _wait(self, k: int, block: Callable) -> None:
+        """Wait like any call until every peer has published exchange ``k``."""
+        q, peers = self.t.q64, self.peers
+        late = list(zip(peers, self.peer_seq))
+
+        def step():
+            nonlocal late
+            late = [(p, i) for p, i in late if q[i] < k]
+            return not late, False
+        block(step, lambda: peers, lambda: [p for p, _ in late])

@@ -1,0 +1,166 @@
+"""The shared-memory segment: its creation and unlink, and its layout.
+
+One segment per communicator, created by rank 0 under an unguessable name
+with O_EXCL and mode 0600, opened by the others, and unlinked as soon as all
+have mapped it: once a communicator is up, nothing is left in /dev/shm even
+if the job is killed (only a kill inside the few milliseconds of start-up
+between creation and unlink can leave a segment behind).
+
+Layout (every offset named below; all 64-byte aligned)::
+
+    rank block   per rank: doorbell u32 | sleeping u32 per endpoint | arrived i64
+                 | exchanged i64 | per exchange buffer: bytes, call (i64)
+    exchange     per rank, two buffers of xchg_bytes (alternating calls)
+    channels     per endpoint (coll, p2p), per ordered pair (src -> dst):
+                 head u32 (sender writes) | tail u32 (receiver writes)
+                              | acked u32 (receiver: rendezvous messages read)
+                 nslots x [header: tag, total, offset, nbytes, kind (i64) | data]
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+
+import numpy as np
+
+from . import _wire
+from .errors import CollectiveError
+
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "collectives-"
+PAGE = 4096  # the exchange and channel areas start on page boundaries
+MASK = 0xFFFFFFFF  # the u32 words (doorbells, head, tail, acked) count modulo 2**32
+
+# The rank block of rank r: RANK_BLOCK bytes at RANK_BLOCK * r.  Byte offsets:
+RANK_BLOCK = 64
+DOORBELL = 0     # u32, incremented by anyone who has news for rank r
+SLEEPING = 4     # u32 per endpoint (coll at +4, p2p at +8): 1 while r sleeps in a wait on it
+ARRIVED = 16     # i64, the sequence number of the last collective r entered
+EXCHANGED = 24   # i64, the number of the last exchange r has published
+XMETA = 32       # per exchange buffer b, at XMETA + XMETA_STEP * b: the bytes (i64)
+XMETA_STEP = 16  # and, XMETA_CALL further, the collective (i64) of r's exchange in it
+XMETA_CALL = 8
+
+# A channel, at its offset.  Byte offsets (head and tail on lines of their own):
+HEAD = 0         # u32, slots filled, written by the sender only
+TAIL = 64        # u32, slots emptied, written by the receiver only
+ACKED = 96       # u32, rendezvous messages read, written by the receiver only
+SLOTS = 128      # the first slot; each slot is a header then slot_bytes of data
+SLOT_HEADER = 64
+# The fields of a slot header, i64 each, in this order:
+TAG, TOTAL, OFFSET, NBYTES, KIND = range(5)
+HEADER_FIELDS = 5
+
+
+def align(n: int, a: int) -> int:
+    """``n`` rounded up to a multiple of ``a``."""
+    return -(-n // a) * a
+
+
+class Layout:
+    """Where everything lies in the segment of ``n`` ranks (byte offsets)."""
+
+    def __init__(self, n: int, nslots: int, slot_bytes: int, xchg_bytes: int):
+        self.n, self.nslots, self.slot_bytes, self.xchg_bytes = n, nslots, slot_bytes, xchg_bytes
+        self.slot_step = SLOT_HEADER + slot_bytes
+        self.chan_bytes = SLOTS + nslots * self.slot_step
+        self.xchg_base = align(RANK_BLOCK * n, PAGE)
+        self.chan_base = self.xchg_base + 2 * n * xchg_bytes
+        self.total = align(self.chan_base + 2 * n * n * self.chan_bytes, PAGE)
+
+    def u32(self, r: int, field: int) -> int:
+        """Index, in u32 words, of ``field`` of rank r's block."""
+        return (RANK_BLOCK * r + field) // 4
+
+    def i64(self, r: int, field: int) -> int:
+        """Index, in i64 words, of ``field`` of rank r's block."""
+        return (RANK_BLOCK * r + field) // 8
+
+    def xmeta(self, r: int, parity: int) -> int:
+        """Index, in i64 words, of the bytes of rank r's exchange in buffer
+        ``parity``; the call follows it."""
+        return self.i64(r, XMETA + XMETA_STEP * parity)
+
+    def xchg(self, r: int, parity: int) -> int:
+        """Rank r's exchange buffer of ``parity`` (exchange k uses k mod 2)."""
+        return self.xchg_base + (2 * r + parity) * self.xchg_bytes
+
+    def channel(self, ctx: int, src: int, dst: int) -> int:
+        """Channel src -> dst of endpoint ``ctx`` (coll 0, p2p 1)."""
+        return self.chan_base + ((ctx * self.n + src) * self.n + dst) * self.chan_bytes
+
+    def slot(self, chan: int, k: int) -> int:
+        """Slot k of the channel at ``chan``: its header, then its data."""
+        return chan + SLOTS + k * self.slot_step
+
+
+class Channel:
+    """One direction between one pair: the indices of head, tail and acked
+    (u32 words), and each slot's header (i64 fields) and data, as views."""
+
+    __slots__ = ("head", "tail", "acked", "hdr", "data", "nslots", "slot_bytes")
+
+    def __init__(self, layout: Layout, mem: np.ndarray, off: int):
+        self.head, self.tail, self.acked = ((off + f) // 4 for f in (HEAD, TAIL, ACKED))
+        self.nslots, self.slot_bytes = layout.nslots, layout.slot_bytes
+        i64 = mem.view(np.int64)
+        slots = [layout.slot(off, k) for k in range(layout.nslots)]
+        self.hdr = [i64[s // 8:s // 8 + HEADER_FIELDS] for s in slots]
+        self.data = [mem[s + SLOT_HEADER:s + layout.slot_step] for s in slots]
+
+
+def open_segment(mpicomm, nbytes: int) -> mmap.mmap:
+    """Create (rank 0), open (all), then unlink the communicator's segment."""
+    rank = mpicomm.Get_rank()
+    name, err = None, None
+    if rank == 0:
+        try:
+            name = _create(nbytes)
+        except OSError as e:
+            name, err = None, e
+    name = _wire.bcast(mpicomm, name, root=0)
+    if name is None:
+        raise CollectiveError(f"could not create a shared-memory segment of {nbytes} "
+                              f"bytes in {SHM_DIR}: {err or 'see rank 0'}")
+    path = os.path.join(SHM_DIR, name)
+    mm, err = None, None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        try:
+            if os.fstat(fd).st_size != nbytes:
+                raise OSError(f"segment {path} has the wrong size")
+            mm = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        err = e
+    try:
+        ok = _wire.all_true(mpicomm, mm is not None)
+    finally:
+        if rank == 0:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    # No rank returns (and so none can abort the job) before the name is gone.
+    mpicomm.Barrier()
+    if not ok:
+        raise CollectiveError(f"a rank could not open the shared-memory segment: {err or 'see other ranks'}")
+    return mm
+
+
+def _create(nbytes: int) -> str:
+    """A new segment of ``nbytes`` under a fresh unguessable name, or OSError."""
+    st = os.statvfs(SHM_DIR)
+    if st.f_bavail * st.f_frsize < nbytes:
+        raise OSError(f"{SHM_DIR} has {st.f_bavail * st.f_frsize} bytes free; "
+                      f"set COLLECTIVES_SHM_SLOT_BYTES or COLLECTIVES_SHM_SLOTS lower")
+    name = SHM_PREFIX + secrets.token_hex(16)
+    fd = os.open(os.path.join(SHM_DIR, name),
+                 os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.ftruncate(fd, nbytes)
+    finally:
+        os.close(fd)
+    return name

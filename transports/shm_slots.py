@@ -1,0 +1,391 @@
+"""The slot protocol of a shared-memory endpoint.
+
+Per ordered pair of ranks a channel of ``nslots`` slots (``shm_segment``).
+A message is cut into chunks of at most ``slot_bytes``; ``_push`` copies the
+next chunk into the slot at ``head`` and publishes it by bumping ``head``,
+``_pull`` checks the slot's header, copies or reduces the chunk out and
+frees the slot by bumping ``tail``.  The ``coll`` endpoint matches a
+message to the oldest posted receive from its sender (strict FIFO); ``p2p``
+matches by tag, and keeps a message that arrives before its receive as
+unexpected.  Progress happens in ``waitall``/``test`` (and a little when a
+request is posted), under the endpoint's lock; between fruitless passes a
+rank watches, then sleeps on, its doorbell.
+
+A slot's ``kind`` says where its chunk is: in the slot (EAGER), in the
+sender's memory for ``process_vm_readv`` (RENDEZVOUS), or somewhere only a
+subclass of the endpoint knows (EXTERNAL; the hook is described at
+``ShmEndpoint``).
+"""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+
+from .base import Deadline, Endpoint, Reducer, Request, as_bytes
+from .errors import CollectiveError, PeerFailure
+from .shm_exchange import Exchange
+from .shm_messages import Recv, Send, Unexpected
+from .shm_segment import MASK
+
+if TYPE_CHECKING:
+    from .shm import ShmTransport
+
+MAX_MESSAGE_BYTES = 1 << 40  # the most an unexpected message may announce
+# slot kinds: data in the slot / (pid, address) of the whole message / data
+# outside the segment, moved by a subclass's fill_external and drain_external
+EAGER, RENDEZVOUS, EXTERNAL = 0, 1, 2
+RNDV_BYTES = 16  # a rendezvous slot's data: the sender's pid and address (i64 each)
+SCRATCH_BYTES = 256 * 1024  # a rendezvous receive-and-reduce goes through this much at a time
+_yield = os.sched_yield
+
+
+class ShmEndpoint(Endpoint):
+    """An endpoint on the slots of its channels, and on the exchange buffers.
+
+    The hook for bytes that move outside the segment: a subclass sets
+    ``external_bytes`` (its chunk size), posts requests whose ``external``
+    is true (``enqueue``, ``post``) and implements ``fill_external`` and
+    ``drain_external``; the slot of such a chunk carries only its header,
+    of kind EXTERNAL, checked here like any other.  ``unexpected_message``
+    and ``deliver`` let it hold and hand over an early message of its kind.
+    """
+
+    external_bytes = 0  # no EXTERNAL chunks: a slot of that kind is corrupt
+
+    def __init__(self, t: ShmTransport, ctx: int, strict: bool):
+        self.t, self.ctx, self.strict = t, ctx, strict
+        self.rank, self.size = t.rank, t.size
+        self.out_ch = {p: t.channel(ctx, t.rank, p) for p in range(t.size) if p != t.rank}
+        self.in_ch = {p: t.channel(ctx, p, t.rank) for p in range(t.size) if p != t.rank}
+        self.peers = list(self.out_ch)
+        self.sendq = {p: collections.deque() for p in self.out_ch}
+        self.unacked = {p: collections.deque() for p in self.out_ch}  # rendezvous sends
+        self.rts_sent = dict.fromkeys(self.out_ch, 0)
+        self.scratch = np.empty(SCRATCH_BYTES, np.uint8)
+        self.posted = {p: collections.deque() for p in self.in_ch}
+        self.unexpected = {p: collections.deque() for p in self.in_ch}
+        self.incoming = dict.fromkeys(self.in_ch)
+        self.lock = threading.RLock()
+        self.what = "collective" if strict else "send/recv"
+        self.xchg_bytes = t.xchg_bytes if strict else 0
+        # the staged exchange, on the coll endpoint of more than one rank
+        self.xchg = Exchange(t, self.peers) if strict and t.size > 1 else None
+
+    def release(self) -> None:
+        self.out_ch = self.in_ch = {}
+        if self.xchg is not None:
+            self.xchg.release()  # views of the segment
+
+    # -- the hook for EXTERNAL chunks -----------------------------------------
+    def fill_external(self, peer: int, k: int, s: Send) -> int:
+        """Put the next chunk of ``s`` where the receiver will find it for
+        slot k of the channel to ``peer``; returns its size."""
+        raise NotImplementedError
+
+    def drain_external(self, peer: int, k: int, cur, n: int) -> None:
+        """Take the ``n`` bytes of EXTERNAL slot k from ``peer`` into ``cur``."""
+        raise NotImplementedError
+
+    def unexpected_message(self, tag: int, total: int, kind: int) -> Unexpected:
+        """A buffer for a message of ``kind`` that arrived before its receive."""
+        return Unexpected(tag, total)
+
+    def deliver(self, m: Unexpected) -> None:
+        """Hand a complete unexpected message to the receive that claimed it."""
+        r = m.waiter
+        r.consume(m.buf)
+        r.finished = True
+
+    # -- posting ----------------------------------------------------------
+    def _check_peer(self, peer: int) -> None:
+        if peer not in self.out_ch:
+            raise ValueError(f"peer {peer} is not another rank of this communicator "
+                             f"(size {self.size}, rank {self.rank})")
+
+    def isend(self, buf, peer, tag=None) -> Request:
+        return self.enqueue(Send(self, peer, as_bytes(buf), self.tag if tag is None else tag))
+
+    def enqueue(self, op: Send) -> Request:
+        """Queue a send behind the others to its peer; start it if it is first."""
+        self._check_peer(op.peer)
+        with self.lock:
+            self.sendq[op.peer].append(op)
+            if len(self.sendq[op.peer]) == 1:
+                self._push(op.peer)
+        return op
+
+    def irecv(self, out, peer, tag=None) -> Request:
+        return self.post(Recv(self, peer, self.tag if tag is None else tag, as_bytes(out)))
+
+    def irecv_reduce(self, acc, peer, op: Reducer, tag=None) -> Request:
+        return self.post(Recv(self, peer, self.tag if tag is None else tag,
+                              as_bytes(acc), acc.reshape(-1), op))
+
+    def post(self, r: Recv) -> Request:
+        """Post a receive: match it to an unexpected message, or queue it."""
+        self._check_peer(r.peer)
+        with self.lock:
+            for m in self.unexpected[r.peer]:
+                if m.tag == r.tag:
+                    self.unexpected[r.peer].remove(m)
+                    self._check_total(r, m.total)
+                    r.source = m
+                    m.waiter = r
+                    if m.finished:
+                        self.deliver(m)
+                    return r
+            self.posted[r.peer].append(r)
+            self._pull(r.peer)
+        return r
+
+    # -- progress ---------------------------------------------------------
+    def _push(self, peer: int) -> bool:
+        q = self.sendq[peer]
+        if not q:
+            return False
+        ch = self.out_ch[peer]
+        u32 = self.t.u32
+        head = int(u32[ch.head])
+        free = ch.nslots - ((head - int(u32[ch.tail])) & MASK)
+        moved = False
+        while q and free > 0:
+            s = q[0]
+            k = head & (ch.nslots - 1)
+            if s.rndv:
+                ch.data[k][:RNDV_BYTES].view(np.int64)[:] = (os.getpid(), s.data.ctypes.data)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, 0, RNDV_BYTES, RENDEZVOUS)
+            elif s.external:  # the subclass places the chunk; the slot holds its header
+                n = self.fill_external(peer, k, s)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EXTERNAL)
+                s.off += n
+            else:
+                n = min(ch.slot_bytes, s.data.nbytes - s.off)
+                if n:
+                    np.copyto(ch.data[k][:n], s.data[s.off:s.off + n])
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EAGER)
+                s.off += n
+            head = (head + 1) & MASK
+            u32[ch.head] = head
+            s.chunks -= 1
+            free -= 1
+            moved = True
+            if s.chunks == 0:
+                q.popleft()
+                if s.rndv:  # done once the receiver has read it: see _acked
+                    self.rts_sent[peer] = s.target = (self.rts_sent[peer] + 1) & MASK
+                    self.unacked[peer].append(s)
+                else:
+                    s.finished = True
+                    self.sent_bytes += s.data.nbytes
+        if moved:
+            self.t.ring(peer)
+        return moved
+
+    def _acked(self, peer: int) -> bool:
+        """Complete the rendezvous sends that the receiver has finished reading."""
+        q = self.unacked[peer]
+        acked = self.t.u32[self.out_ch[peer].acked]
+        moved = False
+        while q and ((acked - q[0].target) & MASK) < (1 << 31):
+            s = q.popleft()
+            s.finished = True
+            self.sent_bytes += s.data.nbytes
+            moved = True
+        return moved
+
+    def _pull(self, peer: int) -> bool:
+        ch = self.in_ch[peer]
+        u32 = self.t.u32
+        head, tail = int(u32[ch.head]), int(u32[ch.tail])
+        if ((head - tail) & MASK) > ch.nslots:
+            raise CollectiveError(f"corrupt channel from rank {peer}: "
+                                  f"{(head - tail) & MASK} slots full of {ch.nslots}",
+                                  ranks=[peer])
+        moved = False
+        while head != tail:
+            k = tail & (ch.nslots - 1)
+            tag, total, off, n, kind = ch.hdr[k].tolist()
+            cur = self.incoming[peer]
+            if cur is None:
+                if off != 0:
+                    raise self._corrupt(peer, f"message starts at offset {off}")
+                cur = self._match(peer, tag, total, kind)
+                if cur is None:
+                    break  # collective data waits in its slot for its receive
+                self.incoming[peer] = cur
+            if kind == RENDEZVOUS and off == 0 and n == RNDV_BYTES and total == cur.total \
+                    and tag == cur.tag:
+                self._read_remote(peer, cur, ch.data[k][:RNDV_BYTES].view(np.int64).tolist())
+                u32[ch.acked] = (u32[ch.acked] + 1) & MASK
+            elif kind == EAGER and off == cur.off and n == min(ch.slot_bytes, total - off) \
+                    and total == cur.total and tag == cur.tag:
+                cur.consume(ch.data[k][:n])
+            elif kind == EXTERNAL and self.external_bytes and off == cur.off \
+                    and n == min(self.external_bytes, total - off) and total == cur.total \
+                    and tag == cur.tag:
+                self.drain_external(peer, k, cur, n)
+            else:
+                raise self._corrupt(peer, f"slot (kind {kind}, tag {tag}, {total} bytes, "
+                                          f"offset {off}, {n} bytes) does not continue the message")
+            tail = (tail + 1) & MASK
+            u32[ch.tail] = tail
+            moved = True
+            if cur.off >= cur.total:
+                self.incoming[peer] = None
+                self.recv_bytes += cur.total
+                cur.finished = True
+                if isinstance(cur, Unexpected):
+                    if cur.waiter is not None:
+                        self.deliver(cur)
+                else:
+                    self.posted[peer].remove(cur)
+        if moved:
+            self.t.ring(peer)
+        return moved
+
+    def _read_remote(self, peer: int, cur, where: list) -> None:
+        pid, addr = where
+        if pid != self.t.liveness.pids[peer]:
+            raise self._corrupt(peer, f"rendezvous names process {pid}, not rank {peer}'s")
+        try:
+            cur.read_remote(pid, addr, self.scratch)
+        except OSError as e:
+            if self.t.liveness.dead([peer]):
+                raise PeerFailure(f"rank(s) [{peer}] died during {self.what}",
+                                  ranks=[peer]) from None
+            raise CollectiveError(f"reading rank {peer}'s message failed: {e}",
+                                  ranks=[peer]) from None
+
+    def _match(self, peer: int, tag: int, total: int, kind: int = EAGER):
+        posted = self.posted[peer]
+        if self.strict:
+            if not posted:
+                return None
+            r = posted[0]
+            if tag != r.tag:
+                raise CollectiveError(
+                    f"mismatched collectives: rank {peer} sent a message of call "
+                    f"#{tag} while this rank is in call #{r.tag}", ranks=[peer])
+            self._check_total(r, total)
+            return r
+        for r in posted:
+            if r.tag == tag:
+                self._check_total(r, total)
+                return r
+        if not 0 <= total <= MAX_MESSAGE_BYTES:
+            raise self._corrupt(peer, f"message of {total} bytes")
+        try:
+            m = self.unexpected_message(tag, total, kind)
+        except MemoryError:
+            raise CollectiveError(f"rank {peer} sent a message of {total} bytes with tag {tag} "
+                                  f"before its receive was posted, and there is no memory to "
+                                  f"hold it", ranks=[peer]) from None
+        self.unexpected[peer].append(m)
+        return m
+
+    def _check_total(self, r: Recv, total: int) -> None:
+        if total != r.total:
+            raise CollectiveError(
+                f"rank {r.peer} sent {total} bytes where rank {self.rank} expects "
+                f"{r.total} (shape, dtype or count differ between ranks)", ranks=[r.peer])
+
+    def _corrupt(self, peer: int, what: str) -> CollectiveError:
+        return CollectiveError(f"corrupt message from rank {peer}: {what}", ranks=[peer])
+
+    def _progress(self) -> bool:
+        moved = False
+        for p in self.out_ch:
+            if self.sendq[p]:
+                moved |= self._push(p)
+            if self.unacked[p]:
+                moved |= self._acked(p)
+        for p in self.in_ch:
+            if self.posted[p] or not self.strict:
+                moved |= self._pull(p)
+        return moved
+
+    # -- completion and waiting --------------------------------------------
+    def test(self, req) -> bool:
+        with self.lock:
+            self._progress()
+        return req.finished
+
+    def waitall(self, reqs: Iterable[Request]) -> None:
+        pending = [r for r in reqs if not r.finished]
+        if not pending:
+            return
+
+        def step():
+            with self.lock:
+                moved = self._progress()
+            return all(r.finished for r in pending), moved
+        self.block(step, lambda: self._waited_peers(pending), lambda: self._missing(pending))
+
+    def block(self, step, peers, missing) -> None:
+        """Run ``step() -> (done, moved)`` until done; between fruitless steps,
+        watch the doorbell (every event that can let us progress rings it),
+        yielding the core to the ranks we wait for, then sleep on it.
+        ``peers()``: whose liveness to check; ``missing()``: whom to name."""
+        t = self.t
+        dl = Deadline(t.timeout, t.rank)
+        while True:
+            seen = t.doorbell()
+            done, moved = step()
+            if done:
+                return
+            if moved:
+                dl.progress()
+                continue
+            dl.check(t.liveness, peers, missing, self.what)  # rate-limited inside
+            for _ in range(t.spin):
+                if t.doorbell() != seen:
+                    break
+                _yield()
+            else:
+                t.sleep(self.ctx, seen, dl.remaining())
+
+    def _waited_peers(self, pending) -> list[int]:
+        if self.strict:
+            return [p for p in range(self.size) if p != self.rank]
+        return sorted({r.peer for r in pending})
+
+    def _missing(self, pending) -> list[int]:
+        if self.strict:
+            seq = self.tag
+            late = [p for p in range(self.size) if p != self.rank and self.t.arrived(p) < seq]
+            if late:
+                return late
+        return sorted({r.peer for r in pending if not r.finished})
+
+    # -- exchange through the exchange buffers -------------------------------
+    def stage(self, count: int, like: np.ndarray) -> np.ndarray:
+        """This rank's exchange buffer for the next exchange(), as ``count``
+        elements of ``like``'s dtype to fill in place, where that exchange
+        goes through the buffers (see ``shm_exchange``); else a new array."""
+        staged = self.xchg.stage(count, like) if self.xchg is not None else None
+        return super().stage(count, like) if staged is None else staged
+
+    def exchange(self, buf, root: int | None = None, sent: int | None = None,
+                 recv: int | None = None) -> list[np.ndarray]:
+        """One copy into this rank's exchange buffer and direct reads of the
+        others' where the contribution fits (``shm_exchange``), else messages.
+        Counts the bytes: the whole contribution per peer, or ``sent`` and
+        ``recv``, the parts the peers read (see ``Endpoint.exchange``)."""
+        x = self.xchg
+        nb = buf.nbytes if isinstance(buf, np.ndarray) else sum(p.nbytes for p in buf)
+        if x is None or nb > self.xchg_bytes:
+            return super().exchange(buf, root, sent, recv)
+        views = x.run(buf, nb, root, self.tag, self.block)
+        n, me = self.size, self.rank
+        if root is None:
+            self.sent_bytes += nb * (n - 1) if sent is None else sent
+            self.recv_bytes += nb * (n - 1) if recv is None else recv
+        elif root == me:
+            self.sent_bytes += nb * (n - 1)
+        else:
+            self.recv_bytes += nb
+        return views
