@@ -35,7 +35,7 @@ from mpi4py import MPI
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import collectives as cc  # noqa: E402
-from transports import host_layout, shm  # noqa: E402
+from transports import host_layout, shm, shm_segment  # noqa: E402
 
 NOBODY = 65534
 NAME = re.compile(r"collectives-([0-9a-f]{32})")
@@ -136,7 +136,7 @@ def alone() -> dict:
     names: list[str] = []
     solo = Watch(MPI.COMM_SELF, lambda path: names.append(os.path.basename(path)))
     for _ in range(64):
-        shm._open_segment(solo, 4096).close()
+        shm.open_segment(solo, 4096).close()
     bits = [int(NAME.fullmatch(n).group(1), 16) if NAME.fullmatch(n) else None for n in names]
     res = {"count": len(names), "distinct": len(set(names)),
            "well_formed": all(b is not None for b in bits)}
@@ -162,14 +162,14 @@ def planted(solo: Watch, kind: str) -> dict:
         @staticmethod
         def token_hex(n):
             return token
-    real, shm.secrets = shm.secrets, Fixed
+    real, shm_segment.secrets = shm_segment.secrets, Fixed
     try:
-        shm._open_segment(solo, 4096).close()
+        shm.open_segment(solo, 4096).close()
         outcome = "created"
     except cc.CollectiveError as e:
         outcome = f"CollectiveError: {e}"
     finally:
-        shm.secrets = real
+        shm_segment.secrets = real
     with open(path, "rb") as f:
         content = f.read()
     res = {"outcome": outcome, "untouched": content == b"planted",
@@ -201,7 +201,7 @@ CASES = {
     "nbytes negative": (P2P, [(0, NBYTES, -4096)], "posted"),
     "nbytes 2**62": (P2P, [(0, NBYTES, 1 << 62)], "posted"),
     "unknown kind": (P2P, [(0, KIND, 7)], "posted"),
-    "device kind on shm": (P2P, [(0, KIND, shm.DEVICE)], "posted"),
+    "external kind on shm": (P2P, [(0, KIND, shm.EXTERNAL)], "posted"),
     "rendezvous naming another process": (P2P, [(0, KIND, shm.RENDEZVOUS), (0, NBYTES, 16),
                                                 (0, WHERE, (1, 4096))], "posted"),
     "rendezvous to a bad address": (P2P, [(0, KIND, shm.RENDEZVOUS), (0, NBYTES, 16),
@@ -247,15 +247,15 @@ def corrupt(outdir: str, timeout: float = 10.0) -> dict:
 def tamper_and_receive(comm, ctx: int, change, how: str) -> dict:
     t = comm._t
     ch = t.channel(ctx, 0, 1)
-    u32 = t._u32
+    u32 = t.u32
     end = time.monotonic() + 5
-    while (u32[ch.head] - u32[ch.tail]) & shm._MASK < 3:  # the whole message is in
+    while (u32[ch.head] - u32[ch.tail]) & shm.MASK < 3:  # the whole message is in
         if time.monotonic() > end:
             return {"outcome": "the message never arrived"}
         time.sleep(0.001)
     tail = u32[ch.tail]
     if change == "head":
-        u32[ch.head] = (tail + ch.nslots + 1) & shm._MASK
+        u32[ch.head] = (tail + ch.nslots + 1) & shm.MASK
     else:
         for slot, field, value in change:
             k = (tail + slot) & (ch.nslots - 1)
