@@ -9,13 +9,14 @@ import numpy as np
 from transports import CollectiveError, KINDS, Transport, open_transport
 from transports.base import broken_error
 
-from . import debug, runtime, small
+from . import debug, runtime
 from . import validate as v
 from .arrays import empty
 from .debug import CollectiveMismatch
 from .families import FAMILIES, offered
 from .ops import UFUNCS, Op, quietly, resolve
 from .p2p import PointToPoint
+from .small import SMALL_ALL_REDUCE_BYTES, SmallAllReduce, plain_out
 from .work import Executor, Work
 
 
@@ -80,8 +81,8 @@ class Communicator:
         # call -> the algorithms offered here, by name (families.offered)
         self._tables = offered(self._shared)
         # all_reduce of up to this many bytes skips the scheduling (see there)
-        self._small = small.SMALL_ALL_REDUCE_BYTES \
-            if self._shared and not debug and self.size > 1 else 0
+        self._small = SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
+            else 0
         # (op, dtype) -> (ufunc, avg, ieee) for the pairs all_reduce has checked
         self._small_ok: dict = {}
         self._seq = 0
@@ -342,12 +343,12 @@ class Communicator:
             # checks); collectives/small.py
             ok = self._small_ok.get((op, x.dtype))
             if ok is not None and x.flags.c_contiguous and not self._closed and (
-                    out is None or small.plain_out(x, out)):
+                    out is None or plain_out(x, out)):
                 if out is None:
                     out = np.empty(x.shape, x.dtype)
                 self._seq += 1
                 uf, avg, ieee = ok
-                return self._execute(c, self._seq, small.SmallAllReduce(x, out, uf, avg), ieee)
+                return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee)
         self._open(c)
         v.array(c, "x", x, device=self._device)
         o = resolve(op, x.dtype)

@@ -81,15 +81,18 @@ def in_rank_order(parts: Sequence[np.ndarray], op, out: np.ndarray) -> None:
         op(out, p, out)
 
 
-def quietly(fn: Callable[[Any], Any], arg: Any) -> Any:
-    """``fn(arg)`` with numpy's floating-point warnings off: in a floating
-    reduction an overflow to inf is a result (as in MPI and NCCL), not a
-    warning that numpy should print on some rank's worker thread."""
-    if _ERRSTATE is None:
+if _ERRSTATE is not None:
+    def quietly(fn: Callable[[Any], Any], arg: Any) -> Any:
+        """``fn(arg)`` with numpy's floating-point warnings off: in a floating
+        reduction an overflow to inf is a result (as in MPI and NCCL), not a
+        warning that numpy should print on some rank's worker thread."""
+        token = _ERRSTATE.set(_IGNORE_ALL)
+        try:
+            return fn(arg)
+        finally:
+            _ERRSTATE.reset(token)
+else:
+    def quietly(fn: Callable[[Any], Any], arg: Any) -> Any:
+        """The same, where numpy has no such context variable."""
         with np.errstate(all="ignore"):
             return fn(arg)
-    token = _ERRSTATE.set(_IGNORE_ALL)
-    try:
-        return fn(arg)
-    finally:
-        _ERRSTATE.reset(token)
