@@ -4,8 +4,8 @@ Bytes on the wire per rank, S = buf.nbytes, N ranks, p2 the largest power of
 two <= N (see docs/algorithms.md):
   direct              (N-1) * S, in one round per exchange buffer
   two_shot            S + (N-2) * P, P the bytes of the pieces this rank
-                      reduces (about S/N): about 2(N-1)/N * S, in one round
-                      per N slots of an exchange buffer, plus one; only where
+                      reduces (about S/N): about 2(N-1)/N * S, in K+1 rounds
+                      for K chunks of at most an exchange buffer; only where
                       exchange() goes through shared memory (shared_only)
   ring                2(N-1)/N * S
   recursive_doubling  log2(p2) * S, plus S for each rank in the fold
