@@ -3,6 +3,10 @@
 Bytes on the wire per rank, S = buf.nbytes, N ranks, p2 the largest power of
 two <= N (see docs/algorithms.md):
   direct              (N-1) * S, in one round per exchange buffer
+  two_shot            S + (N-2) * P, P the bytes of the pieces this rank
+                      reduces (about S/N): about 2(N-1)/N * S, in K+1 rounds
+                      for K chunks of at most an exchange buffer; only where
+                      exchange() goes through shared memory (shared_only)
   ring                2(N-1)/N * S
   recursive_doubling  log2(p2) * S, plus S for each rank in the fold
   halving_doubling    2(p2-1)/p2 * S, plus S for each rank in the fold
@@ -15,7 +19,8 @@ from transports import Endpoint
 
 from . import ring as _ring
 from . import streaming
-from .ranks import Fold, block_bounds, chunks
+from .ops import in_rank_order
+from .ranks import Fold, block_bounds, chunks, peer_index
 
 
 def ring(ep: Endpoint, buf: np.ndarray, op) -> None:
@@ -38,14 +43,17 @@ def direct(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> 
             np.copyto(buf, src)
         return
     for lo, hi in chunks(ep.chunk_bytes(buf), buf.size, buf.itemsize):
-        v = ep.exchange(src[lo:hi])
-        o = buf[lo:hi]
-        op(v[0], v[1], out=o)
-        for x in v[2:]:
-            op(o, x, out=o)
+        one_round(ep, src[lo:hi], buf[lo:hi], op)
 
 
 direct.takes_src = True
+
+
+def one_round(ep: Endpoint, src: np.ndarray, out: np.ndarray, op) -> None:
+    """One round of ``direct``: every rank's ``src`` (at most one exchange
+    buffer) to every rank, reduced in rank order into the flat ``out``.  The
+    small-call path (collectives/small.py) runs this alone."""
+    in_rank_order(ep.exchange(src), op, out)
 
 
 def two_shot(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
@@ -78,7 +86,7 @@ def two_shot(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -
         return lo, lo + q + (i < rem)
 
     def slot(p: int) -> int:  # where rank p's stage holds this rank's piece
-        return (r if r < p else r - 1) * c
+        return peer_index(r, p) * c
 
     def size(k: int, i: int) -> int:
         lo, hi = piece(k, i) if k >= 0 else (0, 0)
@@ -93,16 +101,13 @@ def two_shot(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -
             for i in range(n):
                 if i != r:
                     lo, hi = piece(k, i)
-                    j = (i if i < r else i - 1) * c
+                    j = peer_index(i, r) * c
                     np.copyto(mine[j:j + hi - lo], src[lo:hi])
         if prev is not None:
             lo, hi = piece(k - 1, r)
             m = hi - lo
             parts = [src[lo:hi] if p == r else prev[p][slot(p):slot(p) + m] for p in range(n)]
-            acc = mine[res:res + m]
-            op(parts[0], parts[1], out=acc)
-            for q in parts[2:]:
-                op(acc, q, out=acc)
+            in_rank_order(parts, op, mine[res:res + m])
             if k >= 2:
                 _gather_pieces(buf, prev, piece, k - 2, n, res, copy)
         # bytes the peers take: their pieces of chunk k and this rank's reduced
@@ -123,6 +128,10 @@ def _gather_pieces(buf, views, piece, k: int, n: int, res: int, copy) -> None:
 
 
 two_shot.takes_src = True
+# written for exchange buffers that a peer reads only part of: where exchange()
+# is messages each round ships the whole stage to every peer, about N times
+# the ring's bytes, so a communicator offers it only on shared memory
+two_shot.shared_only = True
 
 
 def _fold_in(ep: Endpoint, f: Fold, buf: np.ndarray, op) -> None:

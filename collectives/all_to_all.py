@@ -11,7 +11,7 @@ import numpy as np
 
 from transports import Endpoint
 
-from .ranks import chunks
+from .ranks import chunks, peer_index
 
 
 def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -54,7 +54,7 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
                         sent=each, recv=each)
         for p in range(n):
             if p != r:
-                j = (r if r < p else r - 1) * c
+                j = peer_index(r, p) * c
                 np.copyto(out[p * m + lo:p * m + hi], v[p][j:j + c])
         if out is not x:
             np.copyto(out[r * m + lo:r * m + hi], x[r * m + lo:r * m + hi])

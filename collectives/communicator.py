@@ -1,11 +1,7 @@
 """The Communicator: checks arguments, picks an algorithm, runs it in order."""
 from __future__ import annotations
 
-import atexit
 import dataclasses
-import os
-import sys
-import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -13,39 +9,15 @@ import numpy as np
 from transports import CollectiveError, KINDS, Transport, open_transport
 from transports.base import broken_error
 
-from . import (all_gather, all_reduce, all_to_all, barrier, broadcast, debug, gather,
-               reduce, reduce_scatter)
+from . import debug, runtime
 from . import validate as v
 from .arrays import empty
-from .ops import UFUNCS, Op, resolve
+from .debug import CollectiveMismatch
+from .families import FAMILIES, offered
+from .ops import UFUNCS, Op, quietly, resolve
+from .p2p import PointToPoint
+from .small import SMALL_ALL_REDUCE_BYTES, SmallAllReduce, plain_out
 from .work import Executor, Work
-
-DEFAULT_TIMEOUT = 300.0
-
-# numpy 2 keeps its floating-point error state in a context variable: setting
-# it directly costs 0.14 us where `with np.errstate(all="ignore")` costs 0.9 us
-# (a fifth of a small all-reduce); np.errstate where that variable is not there
-try:
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
-    with np.errstate(all="ignore"):
-        _IGNORE_ALL = _ERRSTATE.get()
-except (ImportError, AttributeError):
-    _ERRSTATE = None
-SMALL_ALL_REDUCE_BYTES = 4096
-
-# call name -> (algorithm table, default chooser(nbytes, size, shared)); shared:
-# the transport's exchange() goes through shared memory (shm, host arrays)
-_FAMILIES: dict[str, tuple[dict, Callable[[int, int, bool], str]]] = {
-    "all_reduce": (all_reduce.ALGORITHMS, all_reduce.choose),
-    "broadcast": (broadcast.ALGORITHMS, broadcast.choose),
-    "reduce": (reduce.ALGORITHMS, reduce.choose),
-    "all_gather": (all_gather.ALGORITHMS, all_gather.choose),
-    "reduce_scatter": (reduce_scatter.ALGORITHMS, reduce_scatter.choose),
-    "all_to_all": (all_to_all.ALGORITHMS, all_to_all.choose),
-    "gather": (gather.GATHER, gather.choose),
-    "scatter": (gather.SCATTER, gather.choose),
-    "barrier": (barrier.ALGORITHMS, barrier.choose),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,18 +34,6 @@ class Traffic:
         return Traffic(self.sent_bytes + other.sent_bytes, self.recv_bytes + other.recv_bytes)
 
 
-_LIVE: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:  # before mpi4py finalizes MPI
-    for c in list(_LIVE):
-        try:
-            c.close()
-        except Exception:
-            pass
-
-
 def init(transport: str = "auto", timeout: float | None = None,
          debug: bool | None = None) -> "Communicator":
     """Join the job launched by mpiexec and connect all its ranks.
@@ -85,65 +45,30 @@ def init(transport: str = "auto", timeout: float | None = None,
     collective that all ranks called the same thing (default
     $COLLECTIVES_DEBUG=1; collectives/debug.py).
     """
-    if debug is None:
-        debug = os.environ.get("COLLECTIVES_DEBUG", "0") not in ("", "0")
     if transport not in KINDS:
         raise ValueError(f"init: transport must be one of {KINDS}, got {transport!r}")
-    if timeout is None:
-        env = os.environ.get("COLLECTIVES_TIMEOUT") or str(DEFAULT_TIMEOUT)
-        try:
-            timeout = float(env)
-        except ValueError:
-            raise ValueError(f"init: COLLECTIVES_TIMEOUT must be a number of seconds, "
-                             f"got {env!r}") from None
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise ValueError(f"init: timeout must be a positive number of seconds, got {timeout!r}")
+    timeout, debug = runtime.settings(timeout, debug)
     from mpi4py import MPI
-    _abort_on_uncaught(MPI)
+    runtime.abort_on_uncaught(MPI)
     mpicomm = MPI.COMM_WORLD.Dup()
     try:
-        t = open_transport(transport, mpicomm, float(timeout))
+        t = open_transport(transport, mpicomm, timeout)
     except BaseException:
         mpicomm.Free()
         raise
-    return Communicator(mpicomm, t, bool(debug))
-
-
-def _abort_on_uncaught(MPI) -> None:
-    """An exception that no code catches on one rank ends the whole job
-    (MPI_Abort) instead of leaving the others waiting for it until their
-    timeout; COLLECTIVES_ABORT_ON_EXCEPTION=0 turns this off.  Installed once,
-    in front of whatever sys.excepthook was (which still prints the error)."""
-    if getattr(sys.excepthook, "_collectives", False):
-        return
-    if os.environ.get("COLLECTIVES_ABORT_ON_EXCEPTION", "1") in ("0", ""):
-        return
-    previous = sys.excepthook
-
-    def hook(kind, value, tb):
-        previous(kind, value, tb)
-        world = MPI.COMM_WORLD
-        if MPI.Is_initialized() and not MPI.Is_finalized() and world.Get_size() > 1:
-            sys.stderr.write(f"collectives: uncaught {kind.__name__} on rank {world.Get_rank()}: "
-                             "aborting the job (MPI_Abort); set "
-                             "COLLECTIVES_ABORT_ON_EXCEPTION=0 to let the other ranks wait\n")
-            sys.stderr.flush()
-            world.Abort(1)
-    hook._collectives = True
-    sys.excepthook = hook
+    return Communicator(mpicomm, t, debug)
 
 
 class Communicator:
     """A group of ranks and every collective and point-to-point call among them.
 
     Arrays are numpy arrays of any shape, C-contiguous, of the dtypes in
-    ``collectives.ops.DTYPES``; on the "cuda" transport CuPy arrays too.  Every collective takes ``async_op`` and
-    (reducing and gathering calls) ``algorithm``; see API.md.
+    ``collectives.ops.DTYPES``; on the "cuda" transport CuPy arrays too.  Every
+    collective takes ``async_op`` and ``algorithm``; see docs/api.md.
     """
 
     def __init__(self, mpicomm, transport: Transport, debug: bool = False):
         self._debug = debug
-        self._alg_name = ""
         self._mpi = mpicomm
         self._t = transport
         self.rank: int = transport.rank
@@ -153,16 +78,19 @@ class Communicator:
         self._device: int | None = getattr(transport, "device", None)
         # exchange() through shared memory: the defaults take the staged algorithms
         self._shared = transport.coll.xchg_bytes > 0 and self._device is None
+        # call -> the algorithms offered here, by name (families.offered)
+        self._tables = offered(self._shared)
         # all_reduce of up to this many bytes skips the scheduling (see there)
-        self._small = SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 else 0
+        self._small = SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
+            else 0
         # (op, dtype) -> (ufunc, avg, ieee) for the pairs all_reduce has checked
         self._small_ok: dict = {}
         self._seq = 0
         self._exec = Executor(f"{transport.name}-{self.rank}")
         self._broken: BaseException | None = None
-        self._p2p_broken: BaseException | None = None
+        self._p2p = PointToPoint(transport.p2p, self.rank, self.size, self._device)
         self._closed = False
-        _LIVE.add(self)
+        runtime.track(self)
 
     # -- properties -----------------------------------------------------------
     @property
@@ -174,18 +102,19 @@ class Communicator:
         return Traffic(self._t.sent_bytes, self._t.recv_bytes)
 
     def algorithms(self, name: str) -> list[str]:
-        """The names that ``algorithm=`` accepts for collective ``name``."""
-        if name not in _FAMILIES:
+        """The names that ``algorithm=`` accepts for collective ``name`` on this
+        communicator (``two_shot`` only where exchange() is shared memory)."""
+        if name not in FAMILIES:
             raise ValueError(f"algorithms: unknown collective {name!r}; expected one of "
-                             f"{sorted(_FAMILIES)}")
-        return list(_FAMILIES[name][0])
+                             f"{sorted(FAMILIES)}")
+        return list(self._tables[name])
 
     def choose_algorithm(self, name: str, nbytes: int) -> str:
         """The algorithm that ``algorithm=None`` picks for ``name`` on a message of
         ``nbytes`` (the input's nbytes: x for most calls, buf for broadcast,
         one block for gather and scatter) on this communicator."""
         self.algorithms(name)
-        return _FAMILIES[name][1](int(nbytes), self.size, self._shared)
+        return FAMILIES[name][1](int(nbytes), self.size, self._shared)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self._t.name
@@ -196,34 +125,47 @@ class Communicator:
         if self._closed:
             raise ValueError(f"{call}: the communicator is closed")
 
-    def _pick(self, call: str, algorithm, nbytes: int):
-        table, choose = _FAMILIES[call]
-        name = v.algorithm(call, algorithm, table) or choose(nbytes, self.size, self._shared)
-        self._alg_name = name
+    def _pick(self, call: str, algorithm, nbytes: int) -> tuple[str, Callable]:
+        """The algorithm ``call`` runs: its name (for the debug signature) and
+        the function to run."""
+        table, (everything, choose) = self._tables[call], FAMILIES[call]
+        name = v.algorithm(call, algorithm, table, everything) or \
+            choose(nbytes, self.size, self._shared)
         if nbytes == 0 and call != "barrier":
-            return _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
-        return table[name]
+            return name, _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
+        return name, table[name]
 
     def _on_device(self, a) -> bool:
         """Whether ``a`` (a checked array) is a CuPy array."""
         return self._device is not None and not isinstance(a, np.ndarray)
 
-    def _run(self, call: str, body: Callable[[Any], Any], async_op: bool,
-             on_device: bool = False, ieee: bool = False, sig: tuple = (0, None, None, None)):
+    def _run(self, call: str, body: Callable[[Any], Any], async_op: bool, sig: tuple,
+             on_device: bool = False, ieee: bool = False):
         """Queue ``body(endpoint)`` as the next collective of this communicator.
-        ``on_device``: the arrays are CuPy's; the transport orders the call's
-        GPU work after the caller's and returns once it is done.  ``ieee``: a
-        floating reduction, whose overflow to inf is a result (as in MPI and
-        NCCL), not a warning numpy should print on some rank's worker thread."""
+        ``sig``: (count, dtype, op, root, algorithm name), what the ranks
+        compare in debug mode.  ``on_device``: the arrays are CuPy's; the
+        transport orders the call's GPU work after the caller's and returns
+        once it is done.  ``ieee``: a floating reduction, run with numpy's
+        floating-point warnings off (ops.quietly)."""
         if on_device:
             body = self._t.on_device(body, call)
         self._seq += 1
         seq = self._seq
         mine = None
         if self._debug:  # what every rank must agree on (collectives/debug.py)
-            mine = debug.signature(call, seq, *sig, self._alg_name, self.algorithms(call))
+            mine = debug.signature(call, seq, *sig)
         return self._exec.submit(lambda: self._execute(call, seq, body, ieee, mine), call,
                                  bool(async_op))
+
+    def _move(self, call: str, alg: Callable, args: tuple, result, async_op: bool,
+              sig: tuple, like=None):
+        """``_run`` of a call that moves data without reducing it: ``alg(ep,
+        *args)``, then ``result``; ``like``: one of the call's arrays (whether
+        they are CuPy's)."""
+        def body(ep):
+            alg(ep, *args)
+            return result
+        return self._run(call, body, async_op, sig, like is not None and self._on_device(like))
 
     def _execute(self, call: str, seq: int, body: Callable[[Any], Any], ieee: bool,
                  mine=None):
@@ -237,20 +179,14 @@ class Communicator:
         self._t.set_arrived(seq)
         try:
             if mine is not None:
-                debug.check(ep.exchange(mine), self.algorithms)
-            if ieee:
-                if _ERRSTATE is None:
-                    with np.errstate(all="ignore"):
-                        return body(ep)
-                token = _ERRSTATE.set(_IGNORE_ALL)
-                try:
-                    return body(ep)
-                finally:
-                    _ERRSTATE.reset(token)
-            return body(ep)
+                debug.check(ep.exchange(mine))
+            return quietly(body, ep) if ieee else body(ep)
         except CollectiveError as e:
             e.call = e.call or call
-            self._broken = e
+            # a mismatch is found on every rank before any payload moves: the
+            # ranks are still in step, and the communicator stays usable
+            if not isinstance(e, CollectiveMismatch):
+                self._broken = e
             raise
 
     def _result(self, c: str, x: np.ndarray, out, shape: tuple, what: str,
@@ -274,14 +210,11 @@ class Communicator:
         self._open(c)
         v.array(c, "buf", buf, writable=True, device=self._device)
         root = v.rank(c, "root", root, self.size)
-        alg = self._pick(c, algorithm, buf.nbytes)
+        name, alg = self._pick(c, algorithm, buf.nbytes)
         flat = buf.reshape(-1)
 
-        def body(ep):
-            alg(ep, flat, root)
-            return buf
-        return self._run(c, body, async_op, self._on_device(buf),
-                         sig=(buf.size, buf.dtype, None, root))
+        return self._move(c, alg, (flat, root), buf, async_op,
+                          (buf.size, buf.dtype, None, root, name), buf)
 
     def scatter(self, x, out: np.ndarray, root: int = 0, *, algorithm: str | None = None,
                 async_op: bool = False):
@@ -300,14 +233,9 @@ class Communicator:
                                  "(size blocks shaped like out)")
             v.no_overlap(c, x, out, in_place_ok=False)
             xf = x.reshape(-1)
-        alg = self._pick(c, algorithm, out.nbytes)
-        of = out.reshape(-1)
-
-        def body(ep):
-            alg(ep, xf, of, root)
-            return out
-        return self._run(c, body, async_op, self._on_device(out),
-                         sig=(out.size, out.dtype, None, root))
+        name, alg = self._pick(c, algorithm, out.nbytes)
+        return self._move(c, alg, (xf, out.reshape(-1), root), out, async_op,
+                          (out.size, out.dtype, None, root, name), out)
 
     def gather(self, x: np.ndarray, out: np.ndarray | None = None, root: int = 0, *,
                algorithm: str | None = None, async_op: bool = False):
@@ -321,14 +249,10 @@ class Communicator:
             out, _ = self._result(c, x, out, shape, "(size, *x.shape)", in_place_ok=False)
         else:
             out = None
-        alg = self._pick(c, algorithm, x.nbytes)
-        xf, of = x.reshape(-1), None if out is None else out.reshape(-1)
-
-        def body(ep):
-            alg(ep, xf, of, root)
-            return out
-        return self._run(c, body, async_op, self._on_device(x),
-                         sig=(x.size, x.dtype, None, root))
+        name, alg = self._pick(c, algorithm, x.nbytes)
+        of = None if out is None else out.reshape(-1)
+        return self._move(c, alg, (x.reshape(-1), of, root), out, async_op,
+                          (x.size, x.dtype, None, root, name), x)
 
     def reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", root: int = 0, *,
                algorithm: str | None = None, async_op: bool = False):
@@ -343,7 +267,7 @@ class Communicator:
             out, in_place = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
         else:
             out = None
-        alg = self._pick(c, algorithm, x.nbytes)
+        name, alg = self._pick(c, algorithm, x.nbytes)
         of = None if out is None else out.reshape(-1)
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
         uf = UFUNCS[o]
@@ -353,8 +277,8 @@ class Communicator:
             if of is not None:
                 self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc",
-                         sig=(x.size, x.dtype, o, root))
+        return self._run(c, body, async_op, (x.size, x.dtype, o, root, name),
+                         self._on_device(x), x.dtype.kind in "fc")
 
     def all_gather(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -367,14 +291,9 @@ class Communicator:
         else:  # x may be out[rank] (in place)
             v.out(c, out, (self.size, *x.shape), x, "(size, *x.shape)", self._device)
             v.block_in_place(c, out, x, self.rank)
-        alg = self._pick(c, algorithm, x.nbytes)
-        xf, of = x.reshape(-1), out.reshape(-1)
-
-        def body(ep):
-            alg(ep, xf, of)
-            return out
-        return self._run(c, body, async_op, self._on_device(x),
-                         sig=(x.size, x.dtype, None, None))
+        name, alg = self._pick(c, algorithm, x.nbytes)
+        return self._move(c, alg, (x.reshape(-1), out.reshape(-1)), out, async_op,
+                          (x.size, x.dtype, None, None, name), x)
 
     def reduce_scatter(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,
                        algorithm: str | None = None, async_op: bool = False):
@@ -389,15 +308,15 @@ class Communicator:
         else:  # out may be x[rank] (in place)
             v.out(c, out, x.shape[1:], x, "x.shape[1:]", self._device)
             v.block_in_place(c, x, out, self.rank)
-        alg = self._pick(c, algorithm, x.nbytes)
+        name, alg = self._pick(c, algorithm, x.nbytes)
         xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
 
         def body(ep):
             alg(ep, xf, of, uf)
             self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc",
-                         sig=(x.size, x.dtype, o, None))
+        return self._run(c, body, async_op, (x.size, x.dtype, o, None, name),
+                         self._on_device(x), x.dtype.kind in "fc")
 
     def all_to_all(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -407,14 +326,9 @@ class Communicator:
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         out, _ = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
-        alg = self._pick(c, algorithm, x.nbytes)
-        xf, of = x.reshape(-1), out.reshape(-1)
-
-        def body(ep):
-            alg(ep, xf, of)
-            return out
-        return self._run(c, body, async_op, self._on_device(x),
-                         sig=(x.size, x.dtype, None, None))
+        name, alg = self._pick(c, algorithm, x.nbytes)
+        return self._move(c, alg, (x.reshape(-1), out.reshape(-1)), out, async_op,
+                          (x.size, x.dtype, None, None, name), x)
 
     def all_reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -424,17 +338,17 @@ class Communicator:
                 and algorithm is None and not async_op and isinstance(op, str) \
                 and not self._exec.pending:
             # a small message on shared memory: what the general path below
-            # runs ("direct"), without its scheduling, for arguments it has
-            # accepted before (anything else takes that path and its checks)
+            # runs ("direct", one round), without its scheduling, for arguments
+            # it has accepted before (anything else takes that path and its
+            # checks); collectives/small.py
             ok = self._small_ok.get((op, x.dtype))
             if ok is not None and x.flags.c_contiguous and not self._closed and (
-                    out is None or _plain_out(x, out)):
+                    out is None or plain_out(x, out)):
                 if out is None:
                     out = np.empty(x.shape, x.dtype)
-                self._alg_name = "direct"
                 self._seq += 1
                 uf, avg, ieee = ok
-                return self._execute(c, self._seq, _SmallAllReduce(x, out, uf, avg), ieee)
+                return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee)
         self._open(c)
         v.array(c, "x", x, device=self._device)
         o = resolve(op, x.dtype)
@@ -442,7 +356,7 @@ class Communicator:
         nb = x.nbytes
         if self._small and isinstance(x, np.ndarray):
             self._small_ok[op, x.dtype] = (UFUNCS[o], o is Op.AVG, x.dtype.kind in "fc")
-        alg = self._pick(c, algorithm, nb)
+        name, alg = self._pick(c, algorithm, nb)
         xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
         takes_src = getattr(alg, "takes_src", False)
 
@@ -455,61 +369,36 @@ class Communicator:
                 alg(ep, of, uf)
             self._avg(o, of)
             return out
-        return self._run(c, body, async_op, self._on_device(x), x.dtype.kind in "fc",
-                         sig=(x.size, x.dtype, o, None))
+        return self._run(c, body, async_op, (x.size, x.dtype, o, None, name),
+                         self._on_device(x), x.dtype.kind in "fc")
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False):
         """Return once every rank has entered the barrier."""
         c = "barrier"
         self._open(c)
-        alg = self._pick(c, algorithm, 0)
+        name, alg = self._pick(c, algorithm, 0)
+        return self._move(c, alg, (), None, async_op, (0, None, None, None, name))
 
-        def body(ep):
-            alg(ep)
-        return self._run(c, body, async_op)
-
-    # -- point to point -------------------------------------------------------
-    def _p2p(self, call: str, fn: Callable[[], Any]):
-        """Run a point-to-point step; an error leaves the p2p endpoint unusable
-        (collectives go on: they use their own endpoint)."""
-        if self._p2p_broken is not None:
-            raise broken_error(self._p2p_broken)
-        try:
-            return fn()
-        except CollectiveError as e:
-            e.call = e.call or call
-            self._p2p_broken = e
-            raise
-
-    def _start_send(self, c: str, x, dst, tag) -> "_P2PWork":
-        self._open(c)
-        v.array(c, "x", x, device=self._device)
-        dst = v.peer(c, "dst", dst, self.size, self.rank)
-        tag = v.tag(c, tag)
-        return _P2PWork(self, self._p2p(c, lambda: self._t.p2p.isend(x, dst, tag)), None, c)
-
-    def _start_recv(self, c: str, out, src, tag) -> "_P2PWork":
-        self._open(c)
-        v.array(c, "out", out, writable=True, device=self._device)
-        src = v.peer(c, "src", src, self.size, self.rank)
-        tag = v.tag(c, tag)
-        return _P2PWork(self, self._p2p(c, lambda: self._t.p2p.irecv(out, src, tag)), out, c)
-
+    # -- point to point (collectives/p2p.py) ---------------------------------
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Work:
         """Start sending ``x`` to ``dst``; ``wait()`` returns once x may be reused."""
-        return self._start_send("isend", x, dst, tag)
+        self._open("isend")
+        return self._p2p.send("isend", x, dst, tag)
 
     def irecv(self, out: np.ndarray, src: int, tag: int = 0) -> Work:
         """Start receiving into ``out`` from ``src``; ``wait()`` returns ``out``."""
-        return self._start_recv("irecv", out, src, tag)
+        self._open("irecv")
+        return self._p2p.recv("irecv", out, src, tag)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
         """Send ``x`` to ``dst``; returns once ``x`` may be reused."""
-        self._start_send("send", x, dst, tag).wait()
+        self._open("send")
+        self._p2p.send("send", x, dst, tag).wait()
 
     def recv(self, out: np.ndarray, src: int, tag: int = 0) -> np.ndarray:
         """Receive into ``out`` (the shape and dtype that ``src`` sent); returns ``out``."""
-        return self._start_recv("recv", out, src, tag).wait()
+        self._open("recv")
+        return self._p2p.recv("recv", out, src, tag).wait()
 
     # -- sub-communicators and life cycle -----------------------------------
     def split(self, color: int, key: int | None = None) -> "Communicator | None":
@@ -536,7 +425,7 @@ class Communicator:
         if self._closed:
             return
         self._closed = True
-        _LIVE.discard(self)
+        runtime.untrack(self)
         try:
             self._exec.stop()
         finally:
@@ -553,54 +442,8 @@ class Communicator:
         self.close()
 
 
-def _plain_out(x: np.ndarray, out) -> bool:
-    """``out`` is a numpy array that all_reduce takes for ``x`` as it is: the
-    same shape and dtype, contiguous, writable, and ``x`` itself or apart
-    from it (anything else goes through the full checks)."""
-    if type(out) is not np.ndarray or out.shape != x.shape or out.dtype != x.dtype:
-        return False
-    f = out.flags
-    return f.c_contiguous and f.writeable and (out is x or not np.may_share_memory(x, out))
-
-
-class _SmallAllReduce:
-    """The body of a small all-reduce: one exchange, then every rank reduces
-    the N contributions in rank order (all_reduce.direct, in one round)."""
-
-    __slots__ = ("x", "out", "uf", "avg")
-
-    def __init__(self, x, out, uf, avg):
-        self.x, self.out, self.uf, self.avg = x, out, uf, avg
-
-    def __call__(self, ep):
-        v = ep.exchange(self.x)
-        out, uf = self.out, self.uf
-        of = out if out.ndim == 1 else out.reshape(-1)
-        uf(v[0], v[1], of)
-        for w in v[2:]:
-            uf(of, w, of)
-        if self.avg:
-            np.true_divide(of, ep.size, out=of)
-        return out
-
-
 def _nothing(*args) -> None:
     """The algorithm of a collective whose payload is empty."""
-
-
-class _P2PWork(Work):
-    """Handle of isend/irecv: progress happens in ``wait``/``done``."""
-
-    def __init__(self, comm: Communicator, req, result, name: str):
-        super().__init__(None, name)
-        self._comm, self._req, self._result = comm, req, result
-
-    def done(self) -> bool:
-        return self._comm._p2p(self.name, self._req.done)
-
-    def wait(self, timeout: float | None = None):
-        self._comm._p2p(self.name, self._req.wait)
-        return self._result
 
 
 __all__ = ["init", "Communicator", "Traffic"]

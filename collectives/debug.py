@@ -5,7 +5,8 @@ about to do (call, sequence number, count, dtype, op, root, algorithm: eight
 int64, one ``exchange`` of 64 bytes) and compare.  A difference raises
 ``CollectiveMismatch`` on every rank, naming the ranks that differ from the
 majority and the fields that differ, before any payload moves, as
-``TORCH_DISTRIBUTED_DEBUG=DETAIL`` does for torch.distributed.
+``TORCH_DISTRIBUTED_DEBUG=DETAIL`` does for torch.distributed.  Since nothing
+has moved, the communicator stays usable: the next matching call works.
 """
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ import numpy as np
 
 from transports.errors import CollectiveError
 
+from .families import CALLS, FAMILIES
 from .ops import DTYPES, Op
 
-CALLS = ("broadcast", "scatter", "gather", "reduce", "all_gather", "reduce_scatter",
-         "all_to_all", "all_reduce", "barrier")
 FIELDS = ("call", "sequence", "count", "dtype", "op", "root", "algorithm")
 _OPS = list(Op)
 
@@ -32,16 +32,21 @@ class CollectiveMismatch(CollectiveError):
         self.fields = list(fields)
 
 
-def signature(call: str, seq: int, count: int, dtype, op, root, algorithm: str,
-              names: list[str]) -> np.ndarray:
+def signature(call: str, seq: int, count: int, dtype, op, root, algorithm: str) -> np.ndarray:
+    """What this rank is about to run; calls and algorithms are numbered by
+    their place in collectives/families.py, the same on every rank."""
     return np.array([CALLS.index(call), seq, count,
                      -1 if dtype is None else DTYPES.index(np.dtype(dtype)),
                      -1 if op is None else _OPS.index(op),
                      -1 if root is None else root,
-                     names.index(algorithm) if algorithm in names else -1, 0], np.int64)
+                     _names(call).index(algorithm), 0], np.int64)
 
 
-def describe(sig, algorithms_of) -> str:
+def _names(call: str) -> list[str]:
+    return list(FAMILIES[call][0])
+
+
+def describe(sig) -> str:
     call = CALLS[int(sig[0])]
     parts = [f"{call} #{int(sig[1])}", f"count={int(sig[2])}"]
     if sig[3] >= 0:
@@ -50,14 +55,16 @@ def describe(sig, algorithms_of) -> str:
         parts.append(f"op={_OPS[int(sig[4])].value}")
     if sig[5] >= 0:
         parts.append(f"root={int(sig[5])}")
-    names = algorithms_of(call)
+    names = _names(call)
     if 0 <= sig[6] < len(names):
         parts.append(f"algorithm={names[int(sig[6])]}")
     return " ".join(parts)
 
 
-def check(sigs: list[np.ndarray], algorithms_of) -> None:
-    """Raise CollectiveMismatch unless every rank's signature is the same."""
+def check(sigs: list[np.ndarray]) -> None:
+    """Raise CollectiveMismatch unless every rank's signature is the same.
+    Every rank sees the same signatures, so every rank raises; and since no
+    payload has moved, the communicator stays usable."""
     keys = [tuple(int(v) for v in s[:7]) for s in sigs]
     if len(set(keys)) == 1:
         return
@@ -70,7 +77,7 @@ def check(sigs: list[np.ndarray], algorithms_of) -> None:
     for r, k in enumerate(keys):
         groups.setdefault(k, []).append(r)
     said = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {_ranks(rs)}: "
-                     f"{describe(np.array(k), algorithms_of)}" for k, rs in groups.items())
+                     f"{describe(np.array(k))}" for k, rs in groups.items())
     raise CollectiveMismatch(
         f"mismatched collectives: {', '.join(fields)} differ{'s' if len(fields) == 1 else ''} "
         f"between ranks ({said}); rank(s) {odd} differ from the others",

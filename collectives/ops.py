@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -32,6 +33,16 @@ DTYPES = tuple(np.dtype(t) for t in (
 
 _BY_NAME = {o.value: o for o in Op}
 
+# numpy 2 keeps its floating-point error state in a context variable: setting
+# it directly costs 0.14 us where `with np.errstate(all="ignore")` costs 0.9 us
+# (a fifth of a small all-reduce); np.errstate where that variable is not there
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
+    with np.errstate(all="ignore"):
+        _IGNORE_ALL = _ERRSTATE.get()
+except (ImportError, AttributeError):
+    _ERRSTATE = None
+
 
 _RESOLVED: dict = {}  # (op, dtype) -> Op, for the valid pairs seen so far
 
@@ -58,3 +69,30 @@ def _resolve(op, dtype: np.dtype) -> Op:
     if o is Op.AVG and dtype.kind not in "fc":
         raise TypeError(f"op='avg' needs a floating or complex dtype, got {dtype}")
     return o
+
+
+def in_rank_order(parts: Sequence[np.ndarray], op, out: np.ndarray) -> None:
+    """``out = ((parts[0] op parts[1]) op parts[2]) op ...``: the N ranks'
+    contributions (N >= 2) reduced in rank order, so that every rank that
+    reduces the same parts gets the same bits, those of numpy's reduction over
+    the ranks.  ``out`` must not overlap any part but the first two."""
+    op(parts[0], parts[1], out)
+    for p in parts[2:]:
+        op(out, p, out)
+
+
+if _ERRSTATE is not None:
+    def quietly(fn: Callable[[Any], Any], arg: Any) -> Any:
+        """``fn(arg)`` with numpy's floating-point warnings off: in a floating
+        reduction an overflow to inf is a result (as in MPI and NCCL), not a
+        warning that numpy should print on some rank's worker thread."""
+        token = _ERRSTATE.set(_IGNORE_ALL)
+        try:
+            return fn(arg)
+        finally:
+            _ERRSTATE.reset(token)
+else:
+    def quietly(fn: Callable[[Any], Any], arg: Any) -> Any:
+        """The same, where numpy has no such context variable."""
+        with np.errstate(all="ignore"):
+            return fn(arg)

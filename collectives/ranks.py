@@ -27,6 +27,12 @@ def chunks(xchg_bytes: int, count: int, itemsize: int, parts: int = 1) -> list[t
     return [(lo, min(lo + step, count)) for lo in range(0, count, step)]
 
 
+def peer_index(r: int, p: int) -> int:
+    """The index of rank ``r`` among the peers of rank ``p`` (every rank but
+    ``p``, in rank order): where ``p``'s per-peer pieces hold ``r``'s."""
+    return r if r < p else r - 1
+
+
 def pof2_floor(n: int) -> int:
     """The largest power of two not above ``n`` (n >= 1)."""
     return 1 << (n.bit_length() - 1)

@@ -14,6 +14,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from .ops import in_rank_order
 from .ranks import absolute, block_bounds, chunks, rel
 
 
@@ -75,10 +76,7 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -
         v = ep.exchange(x[lo:hi], sent=0 if is_root else nb,
                         recv=(ep.size - 1) * nb if is_root else 0)
         if is_root:
-            o = out[lo:hi]
-            op(v[0], v[1], out=o)
-            for w in v[2:]:
-                op(o, w, out=o)
+            in_rank_order(v, op, out[lo:hi])
 
 
 ALGORITHMS = {"binomial": binomial, "reduce_scatter_gather": reduce_scatter_gather,

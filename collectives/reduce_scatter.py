@@ -13,7 +13,8 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .ranks import Fold, chunks
+from .ops import in_rank_order
+from .ranks import Fold, chunks, peer_index
 
 
 def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
@@ -73,16 +74,9 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
         own = x[r * m + lo:r * m + hi]
         if in_place:  # out is x's block r: keep this rank's chunk until it is added
             own = own.copy()
-        parts = [own if p == r else v[p][_mine(r, p) * c:_mine(r, p) * c + c] for p in range(n)]
-        o = out[lo:hi]
-        op(parts[0], parts[1], out=o)
-        for w in parts[2:]:
-            op(o, w, out=o)
-
-
-def _mine(r: int, p: int) -> int:
-    """Which of rank p's staged pieces (one per rank but p) is rank r's."""
-    return r if r < p else r - 1
+        j = [peer_index(r, p) * c for p in range(n)]  # where p staged r's piece
+        in_rank_order([own if p == r else v[p][j[p]:j[p] + c] for p in range(n)], op,
+                      out[lo:hi])
 
 
 ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct}

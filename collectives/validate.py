@@ -126,12 +126,17 @@ def tag(call: str, v) -> int:
     return v
 
 
-def algorithm(call: str, name, known: Iterable[str]) -> str | None:
+def algorithm(call: str, name, offered: Iterable[str], known: Iterable[str] = ()) -> str | None:
+    """``name`` if this communicator offers it; ``known``: every name the call
+    has, some of which (``shared_only``) need exchange() through shared memory."""
     if name is None:
         return None
-    known = list(known)
-    if name not in known:
-        raise ValueError(f"{call}: algorithm={name!r} is unknown; expected None or one of {known}")
+    offered = list(offered)
+    if name not in offered:
+        why = ("runs only where exchange() goes through shared memory (the shm transport)"
+               if name in known else "is unknown")
+        raise ValueError(f"{call}: algorithm={name!r} {why}; expected None or one of "
+                         f"{offered}")
     return name
 
 

@@ -36,13 +36,19 @@ class Work:
 
     def wait(self, timeout: float | None = None) -> Any:
         if not self._event.wait(timeout):
-            raise TimeoutError(f"{self.name}: not complete after {timeout}s")
+            raise not_complete(self.name, timeout)
         if self._error is not None:
             raise self._error
         return self._result
 
     def __repr__(self) -> str:
         return f"<Work {self.name} {'done' if self.done() else 'pending'}>"
+
+
+def not_complete(name: str, timeout: float) -> TimeoutError:
+    """What ``wait(timeout)`` raises when the call has not finished in time
+    (the call goes on; waiting again is allowed)."""
+    return TimeoutError(f"{name}: not complete after {timeout}s")
 
 
 class Executor:

@@ -35,6 +35,9 @@ def cases(comm):
     yield "avg on ints", lambda: comm.all_reduce(np.ones(3, np.int32), op="avg"), TypeError, ["avg", "int32"]
     yield "max on complex", lambda: comm.all_reduce(np.ones(3, complex), op=cc.MAX), TypeError, ["max", "complex"]
     yield "bad algorithm", lambda: comm.all_reduce(x, algorithm="magic"), ValueError, ["algorithm", "magic", "ring"]
+    if comm.transport != "shm":  # built for shared-memory exchange buffers: not offered
+        yield ("two_shot without shared memory", lambda: comm.all_reduce(x, algorithm="two_shot"),
+               ValueError, ["two_shot", "shared memory", "'ring', 'recursive_doubling'"])
     yield "root too big", lambda: comm.broadcast(x, root=n), ValueError, ["root", str(n)]
     yield "root negative", lambda: comm.reduce(x, root=-1), ValueError, ["root"]
     yield "root float", lambda: comm.gather(x, root=0.5), TypeError, ["root", "int"]

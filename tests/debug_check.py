@@ -2,8 +2,10 @@
 
 Each case makes the last rank call something different from the others;
 with debug on, every rank must raise CollectiveMismatch naming that rank and
-the fields that differ, before any payload moves.  Prints one line per case
-and rank; exit status 1 on a failure.
+the fields that differ, before any payload moves.  Nothing having moved, the
+communicator stays usable: after each mismatch a matching all_reduce on the
+same communicator must give the right result on every rank.  Prints one line
+per case and rank; exit status 1 on a failure.
 """
 from __future__ import annotations
 
@@ -44,17 +46,25 @@ def main(transport: str) -> int:
     world.all_reduce(X)
     world.barrier()
     world.all_gather(np.zeros(0))
+    comm = world  # every case on this one communicator, one after the other
     for name, same, other, fields in cases(n):
-        comm = world.split(0)  # a fresh communicator: a mismatch breaks the one it hits
         try:
             (other if r == n - 1 else same)(comm)
             say(f"FAIL {name} rank {r}: no error")
             ok = False
+            continue
         except cc.CollectiveMismatch as e:
             good = e.ranks == [n - 1] and e.fields == fields and "mismatched" in str(e)
-            ok &= good
-            say(f"{'ok' if good else 'FAIL'} {name} rank {r}: ranks={e.ranks} fields={e.fields}: {e}")
-        comm.close()
+            said = f"ranks={e.ranks} fields={e.fields}: {e}"
+        try:  # the same communicator, a matching call: it works
+            got = comm.all_reduce(np.full(5, r + 1.0))
+            after = "then a matching all_reduce: " + (
+                "right" if np.array_equal(got, np.full(5, n * (n + 1) / 2)) else f"wrong {got}")
+        except cc.CollectiveError as e:
+            after = f"then a matching all_reduce raised {type(e).__name__}: {e}"
+        good &= after.endswith("right")
+        ok &= good
+        say(f"{'ok' if good else 'FAIL'} {name} rank {r}: {said}; {after}")
     # without debug nothing is exchanged: traffic of a 0-byte call stays 0
     plain = cc.init(transport=transport, debug=False)
     before = plain.traffic

@@ -1,11 +1,12 @@
-"""COLLECTIVES_DEBUG: mismatched calls raise on every rank, naming who and what."""
+"""COLLECTIVES_DEBUG: mismatched calls raise on every rank, naming who and what,
+and leave the communicator usable for the next matching call."""
 import pytest
 
 from launch import run_mpi
 
 
 @pytest.mark.parametrize("transport,n", [("shm", 3), ("mpi", 4), ("shm", 2)])
-def test_mismatch_is_named_on_every_rank(transport, n):
+def test_mismatch_is_named_on_every_rank_and_the_communicator_goes_on(transport, n):
     p = run_mpi(n, ["tests/debug_check.py", transport], timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]

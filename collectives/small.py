@@ -1,0 +1,44 @@
+"""The small all-reduce: what a blocking all_reduce of a few bytes on shared
+memory runs when the Communicator takes its fast path (all_reduce there).
+
+The general path would pick ``direct`` at these sizes, and ``direct`` is one
+round here (the message fits an exchange buffer): this body runs that round,
+``all_reduce.one_round``, without the general path's checks and scheduling.
+Both count the same bytes and give the same bits.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .all_reduce import one_round
+
+# at most one exchange buffer (which is at least 4096 bytes: transports.md)
+SMALL_ALL_REDUCE_BYTES = 4096
+
+
+def plain_out(x: np.ndarray, out) -> bool:
+    """``out`` is a numpy array that all_reduce takes for ``x`` as it is: the
+    same shape and dtype, contiguous, writable, and ``x`` itself or apart
+    from it (anything else goes through the full checks)."""
+    if type(out) is not np.ndarray or out.shape != x.shape or out.dtype != x.dtype:
+        return False
+    f = out.flags
+    return f.c_contiguous and f.writeable and (out is x or not np.may_share_memory(x, out))
+
+
+class SmallAllReduce:
+    """The body of a small all-reduce of ``x`` into ``out`` with ufunc ``uf``;
+    ``avg``: divide by the number of ranks at the end."""
+
+    __slots__ = ("x", "out", "uf", "avg")
+
+    def __init__(self, x: np.ndarray, out: np.ndarray, uf, avg: bool):
+        self.x, self.out, self.uf, self.avg = x, out, uf, avg
+
+    def __call__(self, ep) -> np.ndarray:
+        out = self.out
+        of = out if out.ndim == 1 else out.reshape(-1)
+        one_round(ep, self.x, of, self.uf)
+        if self.avg:
+            np.true_divide(of, ep.size, out=of)
+        return out
