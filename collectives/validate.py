@@ -10,12 +10,12 @@ from typing import Iterable
 
 import numpy as np
 
+from transports import TAG_UB
+
 from .arrays import address, is_device
 from .ops import DTYPES
 
 _DTYPES = frozenset(DTYPES)
-
-TAG_MAX = 32767
 
 
 def array(call: str, name: str, a, *, writable: bool = False, device: int | None = None):
@@ -121,8 +121,8 @@ def peer(call: str, name: str, v, size: int, me: int) -> int:
 
 def tag(call: str, v) -> int:
     v = integer(call, "tag", v)
-    if not 0 <= v <= TAG_MAX:
-        raise ValueError(f"{call}: tag={v} is out of range; expected 0 <= tag <= {TAG_MAX}")
+    if not 0 <= v <= TAG_UB:
+        raise ValueError(f"{call}: tag={v} is out of range; expected 0 <= tag <= {TAG_UB}")
     return v
 
 
