@@ -1,16 +1,33 @@
-"""Launch a script under the virtual environment's mpiexec (MPICH's hydra)."""
+"""Launch a script under MPICH's mpiexec (hydra) or its mpiexec.gforker."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MPIEXEC = str(Path(sys.executable).with_name("mpiexec"))
+
+
+def find_launcher(name: str, variable: str) -> str:
+    """``$variable`` if set; else ``name`` beside this Python (a virtual
+    environment with the mpich wheel); else ``name`` on PATH (an MPI that came
+    some other way, e.g. bench/gpu_check.sh's).  The path beside this Python
+    where it is nowhere, so that the error names where it was looked for."""
+    given = os.environ.get(variable)
+    if given:
+        return given
+    beside = Path(sys.executable).with_name(name)
+    if beside.exists():
+        return str(beside)
+    return shutil.which(name) or str(beside)
+
+
+MPIEXEC = find_launcher("mpiexec", "MPIEXEC")
 # MPICH's simple fork launcher: unlike hydra it lets the survivors of a killed
 # rank run on (hydra may SIGKILL them even with -disable-auto-cleanup).
-GFORKER = str(Path(sys.executable).with_name("mpiexec.gforker"))
+GFORKER = find_launcher("mpiexec.gforker", "GFORKER")
 
 
 def mpi_env(**extra: str) -> dict:
