@@ -69,8 +69,11 @@ def _shape(shape: Shape) -> tuple:
 
 
 def _tile(period: np.ndarray, count: int) -> np.ndarray:
-    """``count`` elements that repeat ``period`` (doubling copies: fast at any size)."""
-    if count <= len(period):
+    """``count`` elements that repeat ``period`` (doubling copies: fast at any size);
+    ``period`` itself when it has ``count`` elements."""
+    if count == len(period):
+        return period
+    if count < len(period):
         return period[:count].copy()
     out = np.empty(count, period.dtype)
     out[:len(period)] = period
