@@ -181,12 +181,14 @@ def plan(spec: Spec, n: int, alg_index: int, lite: bool) -> list[Case]:
 
     Full (``lite`` False): every dtype with every op it takes at the sweep
     shape; the counts in two dtypes at every root; the cases of about a
-    million elements.  At ``n <= FULL_N`` each of these at every root and in
-    every out mode; above, the sweep takes one root and one mode a case,
-    turning so that each dtype sees every mode (where it has as many ops),
-    and the counts one mode a case.  Lite: the dtype/op pairs of ``LITE`` at
-    the sweep shape and two counts, turning through the roots 0, n//2, n-1
-    and the modes.  Every plan has every out mode of the call.
+    million elements, each in one mode, turning with the algorithm.  At
+    ``n <= FULL_N`` the sweep and the counts at every root in every out mode;
+    above, the sweep takes one root and one mode a case (every seventh case
+    every mode), turning so that each dtype sees every mode where it has as
+    many ops, and the counts one mode a case.  Lite:
+    the dtype/op pairs of ``LITE`` at the sweep shape and two counts,
+    turning through the roots 0, n//2, n-1 and the modes.  Every plan has
+    every out mode of the call.
 
     Seeds differ between the cases of all algorithms, but for the large
     cases, whose inputs (expensive to make on every rank) are the same for
@@ -204,14 +206,16 @@ def plan(spec: Spec, n: int, alg_index: int, lite: bool) -> list[Case]:
         return [dataclasses.replace(c, seed=10_000 * alg_index + i) for i, c in enumerate(cases)]
     full = n <= FULL_N
     cases: list[Case] = []
-    for d, dtype in enumerate(DTYPES):
-        for k, op in enumerate(ops_for(dtype) if spec.reducing else [None]):
-            if full:
-                cases += [Case(dtype, op, spec.sweep(n), root, mode)
-                          for root in roots for mode in modes]
-            else:
-                cases.append(Case(dtype, op, spec.sweep(n), roots[len(cases) % len(roots)],
-                                  modes[(d + k) % len(modes)]))
+    pairs = [(d, k, dtype, op) for d, dtype in enumerate(DTYPES)
+             for k, op in enumerate(ops_for(dtype) if spec.reducing else [None])]
+    for i, (d, k, dtype, op) in enumerate(pairs):
+        if full:
+            cases += [Case(dtype, op, spec.sweep(n), root, mode)
+                      for root in roots for mode in modes]
+        else:
+            root = roots[len(cases) % len(roots)]
+            some = modes if i % 7 == 0 else [modes[(d + k) % len(modes)]]
+            cases += [Case(dtype, op, spec.sweep(n), root, mode) for mode in some]
     for c in counts(n):
         shape = (n, *shape_of(c)) if spec.blocked else shape_of(c)
         for d in spec.count_dtypes:
@@ -241,19 +245,25 @@ def out_for(want: np.ndarray):
     return dev(poison(want))
 
 
+def returned(got, o, want: np.ndarray, receives: bool = True) -> None:
+    """The call's result: ``want``, in ``o`` where one was passed; None on a rank
+    that receives nothing."""
+    if not receives:
+        assert got is None, "non-root got a result"
+        return
+    assert o is None or got is o, "the out passed (x, in place) was not returned"
+    check(got, want)
+
+
 def run_all_reduce(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
     x = mk(c.dtype, c.shape, r, seed, c.op)
     x0, want = x.copy(), kept(reduced, n, c.dtype, c.shape, c.op, seed)
-    if c.mode == "inplace":
-        got = comm.all_reduce(x, out=x, op=c.op, algorithm=alg)
-        assert got is x, "in place did not return x"
-    else:
-        o = out_for(want) if c.mode == "out" else None
-        got = comm.all_reduce(x, out=o, op=c.op, algorithm=alg)
-        assert o is None or got is o, "out= was not returned"
+    o = x if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
+    got = comm.all_reduce(x, out=o, op=c.op, algorithm=alg)
+    if o is not x:
         unchanged(x, x0)
-    check(got, want)
+    returned(got, o, want)
 
 
 def run_reduce(comm, alg, c: Case, seed: int) -> None:
@@ -266,11 +276,7 @@ def run_reduce(comm, alg, c: Case, seed: int) -> None:
     got = comm.reduce(x, out=o, op=c.op, root=c.root, algorithm=alg)
     if o is not x:
         unchanged(x, x0)
-    if r != c.root:
-        assert got is None, "non-root got a result"
-        return
-    assert o is None or got is o, "out= was not returned"
-    check(got, want)
+    returned(got, o, want, r == c.root)
 
 
 def run_reduce_scatter(comm, alg, c: Case, seed: int) -> None:
@@ -279,11 +285,10 @@ def run_reduce_scatter(comm, alg, c: Case, seed: int) -> None:
     x0, want = x.copy(), kept(reduced, n, c.dtype, c.shape, c.op, seed)[r]
     o = x[r] if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
     got = comm.reduce_scatter(x, out=o, op=c.op, algorithm=alg)
-    assert o is None or got is o, "out= was not returned"
     if c.mode == "inplace":  # the rest of x is left as it was
         x0[r] = x[r]
     unchanged(x, x0)
-    check(got, want)
+    returned(got, o, want)
 
 
 def run_broadcast(comm, alg, c: Case, seed: int) -> None:
@@ -306,8 +311,7 @@ def run_all_gather(comm, alg, c: Case, seed: int) -> None:
         o = out_for(want) if c.mode == "out" else None
         got = comm.all_gather(x, out=o, algorithm=alg)
         unchanged(x, x0)
-    assert o is None or got is o, "out= was not returned"
-    check(got, want)
+    returned(got, o, want)
 
 
 def run_all_to_all(comm, alg, c: Case, seed: int) -> None:
@@ -316,10 +320,9 @@ def run_all_to_all(comm, alg, c: Case, seed: int) -> None:
     x0, want = x.copy(), kept(stacked, n, c.dtype, c.shape, seed)[:, r]
     o = x if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
     got = comm.all_to_all(x, out=o, algorithm=alg)
-    assert o is None or got is o, "out= was not returned"
     if o is not x:
         unchanged(x, x0)
-    check(got, want)
+    returned(got, o, want)
 
 
 def run_gather(comm, alg, c: Case, seed: int) -> None:
@@ -329,11 +332,7 @@ def run_gather(comm, alg, c: Case, seed: int) -> None:
     o = out_for(want) if c.mode == "out" and r == c.root else None
     got = comm.gather(x, out=o, root=c.root, algorithm=alg)
     unchanged(x, x0)
-    if r != c.root:
-        assert got is None, "non-root got a result"
-        return
-    assert o is None or got is o, "out= was not returned"
-    check(got, want)
+    returned(got, o, want, r == c.root)
 
 
 def run_scatter(comm, alg, c: Case, seed: int) -> None:
@@ -342,10 +341,9 @@ def run_scatter(comm, alg, c: Case, seed: int) -> None:
     x = dev(full.copy()) if r == c.root else None
     o = out_for(full[r])
     got = comm.scatter(x, o, root=c.root, algorithm=alg)
-    assert got is o, "scatter did not return out"
     if x is not None:
         unchanged(x, dev(full))
-    check(got, full[r])
+    returned(got, o, full[r])
 
 
 RUNS = {"all_reduce": run_all_reduce, "reduce": run_reduce,
