@@ -29,19 +29,31 @@ one already measured are skipped.  ``count`` is the number of elements that
 the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
 (root moves n-1 of the n blocks), so busbw is the bandwidth of root's link.
 
+* Each row times the call out of place and in place, in two column groups
+  as nccl-tests prints them: ``time algbw busbw #wrong`` for each.  In place
+  is the call's in-place form in the library's interface: ``all_reduce(x,
+  out=x)``, ``reduce(x, out=x)`` at the root, ``all_gather(out[rank],
+  out=out)``, ``reduce_scatter(x, out=x[rank])``, ``all_to_all(x, out=x)``.
+  ``broadcast`` is always in place, so its one measurement fills both groups;
+  ``gather``, ``scatter`` and ``barrier`` have no in-place form and print
+  ``n/a`` there.  The closing line adds the in-place average.
 * ``time`` is the largest, over ranks, of each rank's average time per call
   of a loop of ``iters`` calls that starts after a barrier.
 * ``algbw = S / time`` and ``busbw = algbw * factor``, in GB/s (1e9 bytes/s).
 * ``#wrong`` (with ``--check``) is the number of result elements, summed over
   ranks, that differ from a numpy reference (integers exactly; floating
-  types within reassociation error).  It comes from one call made after the
-  timed loop on outputs reset beforehand; ``N/A`` without ``--check``.
-  Inputs are deterministic, small integers with a period of 61 elements, so
-  every rank computes the expected result locally and exactly.
+  types within two units of the dtype's epsilon, relative: the inputs make
+  every order of reduction exact, see ``bench.data``).  It comes from one
+  call made after the timed loop, on outputs filled beforehand with values
+  that match nowhere (NaN; the result plus one for integers) and, in place,
+  on inputs restored; ``N/A`` without ``--check``.  Inputs are
+  deterministic (``bench.data``), so every rank computes the expected
+  result locally.
 * ``mpi_time``/``mpi_busbw`` measure MPI's own collective (mpi4py buffer
-  calls, out of place like ours) on buffers of the same sizes in the same
-  run; ``ratio = busbw / mpi_busbw`` (= ``mpi_time / time``; > 1 means ours
-  is faster; for the barrier, which has no bandwidth, the time ratio).
+  calls, out of place, without ``MPI_IN_PLACE``) on buffers of the same
+  sizes in the same run; ``ratio = busbw / mpi_busbw`` (= ``mpi_time /
+  time``, both out of place; > 1 means ours is faster; for the barrier,
+  which has no bandwidth, the time ratio).
   MPI columns show ``-`` for ``--op avg`` (MPI has none) and for dtypes or
   ops that the MPI library refuses.  Data-movement collectives hand MPI the
   buffers as bytes.
@@ -66,14 +78,18 @@ One object per collective::
 
     {"collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps",
      "rows": [{"bytes", "count", "algorithm", "auto", "iters", "time_us",
-               "algbw", "busbw", "wrong", "mpi_time_us", "mpi_busbw",
-               "ratio"}, ...]}
+               "algbw", "busbw", "wrong", "inplace", "inplace_iters",
+               "inplace_time_us", "inplace_algbw", "inplace_busbw",
+               "inplace_wrong", "mpi_time_us", "mpi_busbw", "ratio"}, ...]}
 
 A single collective writes that object; ``all`` writes a list of them, one
-per collective, in the order run.  ``-`` and ``N/A`` become ``null``.
+per collective, in the order run.  ``-``, ``N/A`` and ``n/a`` become
+``null``; ``inplace`` says what the ``inplace_*`` keys hold: ``"own"`` (the
+in-place call), ``"same"`` (broadcast: the out-of-place figures again) or
+``"none"`` (no in-place form: all null).
 
-``--plot FILE.png`` draws busbw against size (one panel per collective),
-one line per algorithm and one for MPI; it needs matplotlib (the ``plot``
+``--plot FILE.png`` draws the out-of-place busbw against size (one panel
+per collective), one line per algorithm and one for MPI; it needs matplotlib (the ``plot``
 extra) and says so if missing.
 
 Micro-benchmarks of single-process hot paths: ``python -m pytest bench/micro

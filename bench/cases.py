@@ -1,12 +1,24 @@
-"""One benchmark case per collective: its buffers, our call, MPI's call, the check.
+"""One benchmark case per collective: its buffers, our calls, MPI's call, the check.
 
-A case is built for one message size on every rank.  ``ours(algorithm)``
-and ``mpi()`` return argument-free callables that the runner times;
-``reset()`` overwrites the outputs before the checked call and ``wrong()``
-counts this rank's mismatching result elements afterwards.  Sizes follow
-nccl-tests (see the package docstring).
+A case is built for one message size on every rank.  ``ours(algorithm)``,
+``ours_in_place(algorithm)`` and ``mpi()`` return argument-free callables
+that the runner times; ``reset(in_place)`` readies the buffers of the
+checked call (outputs poisoned, in-place inputs restored) and
+``wrong(in_place)`` counts this rank's mismatching result elements after
+it.  Sizes follow nccl-tests (see the package docstring).
 
-On the cuda transport the buffers of our call are CuPy copies of the host
+In place, as nccl-tests times it, is each call's in-place form in the
+library's interface: ``all_reduce(x, out=x)``, ``reduce(x, out=x)`` at the
+root, ``all_gather(out[rank], out=out)``, ``reduce_scatter(x,
+out=x[rank])``, ``all_to_all(x, out=x)`` (``in_place = "own"``).
+``broadcast`` is in place already: its one call stands for both
+(``"same"``).  ``gather``, ``scatter`` and ``barrier`` have no in-place
+form (``"none"``).  Repeated in-place reductions overwrite their input, so
+the timed loop reduces values that grow (integers wrap, floats reach
+infinity): the time does not depend on the values, and the checked call
+starts again from the inputs.
+
+On the cuda transport the buffers of our calls are CuPy copies of the host
 ones; MPI's call keeps the host buffers (MPICH is not CUDA-aware), and
 NCCL's, where it can be had (``bench.gpu``), runs on the CuPy buffers.
 """
@@ -20,7 +32,7 @@ from . import data
 
 Call = Callable[[], Any]
 
-_SENTINEL = 0  # inputs are >= 1 (see bench.data), so a reset output never matches
+SEED = 0  # of the inputs (bench.data.make)
 
 
 def mpi_op(op: str):
@@ -35,14 +47,29 @@ def _b(a: Optional[np.ndarray]):
     return None if a is None else [a.reshape(-1).view(np.uint8), MPI.BYTE]
 
 
+def _put(dst, src: np.ndarray) -> None:
+    """Copy host array ``src`` into ``dst`` (numpy, or CuPy on the cuda transport)."""
+    src = src.reshape(dst.shape)
+    if isinstance(dst, np.ndarray):
+        np.copyto(dst, src)
+    else:
+        dst.set(src)
+
+
 class Case:
-    """The buffers and calls of one collective at one size, on this rank."""
+    """The buffers and calls of one collective at one size, on this rank.
+
+    ``x0`` is this rank's input on the host; ``x``/``out`` (or ``buf``) are
+    the buffers of the out-of-place call, ``ip`` the buffer of the in-place
+    one, ``mout``/``mbuf`` MPI's.
+    """
 
     name = ""
     factor_kind = "one"     # "one", "ring" ((n-1)/n), "allreduce" (2(n-1)/n), "none"
     blocked = False         # the size covers n blocks of S // (n * itemsize) elements
     reducing = False        # takes an op
     rooted = False          # takes a root
+    in_place = "own"        # "own", "same" (the call is in place already), "none"
 
     def __init__(self, comm, mpicomm, nbytes: int, dtype: np.dtype, op: str, root: int):
         self.comm, self.mpicomm = comm, mpicomm
@@ -58,11 +85,15 @@ class Case:
             self.count = nbytes // isz
             self.m = self.count
         self.nbytes = self.count * isz
+        self.x0: Optional[np.ndarray] = None
+        self.out: Any = None
+        self.ip: Any = None
+        self._want: Optional[np.ndarray] = None
         self.setup()
         self._mpi = self.mpi()  # on the host buffers, before they move to the GPU
         if comm.transport == "cuda":
             import cupy
-            for k in ("x", "out", "buf"):
+            for k in ("x", "out", "buf", "ip"):
                 v = getattr(self, k, None)
                 if isinstance(v, np.ndarray):
                     setattr(self, k, cupy.asarray(v))
@@ -81,29 +112,55 @@ class Case:
     def ours(self, algorithm: Optional[str]) -> Call:
         raise NotImplementedError
 
+    def ours_in_place(self, algorithm: Optional[str]) -> Call:
+        """The in-place call, for ``in_place == "own"``."""
+        raise NotImplementedError
+
     def mpi(self) -> Optional[Call]:
         """MPI's native collective on same-sized buffers, or None if MPI has none."""
         raise NotImplementedError
 
-    def reset(self) -> None:
-        """Overwrite the outputs so that a stale result cannot pass the check."""
+    def expected(self) -> Optional[np.ndarray]:
+        """This rank's correct result, or None where it receives none."""
+        return None
 
-    def wrong(self) -> int:
-        """This rank's mismatching result elements after ``ours`` ran."""
-        return 0
+    def prepare(self, in_place: bool, want: Optional[np.ndarray]) -> None:
+        """Ready the buffers for the checked call: restore the in-place buffer's
+        input, or poison the output so that a stale element cannot pass."""
+        if in_place:
+            _put(self.ip, self.x0)
+        elif want is not None:
+            _put(self.out, data.poison(want))
+
+    def result(self, in_place: bool):
+        """The buffer that holds this rank's result after the call."""
+        return self.ip if in_place else self.out
 
     def choose_nbytes(self) -> int:
         """The ``nbytes`` that the library's default chooser sees for this call."""
         return self.nbytes
 
     # -- shared ------------------------------------------------------------
+    def reset(self, in_place: bool = False) -> None:
+        """Before the checked call (on every rank)."""
+        self._want = self.expected()
+        self.prepare(in_place, self._want)
+
+    def wrong(self, in_place: bool = False) -> int:
+        """This rank's mismatching result elements after the checked call."""
+        want, self._want = self._want, None
+        return 0 if want is None else data.mismatches(self.result(in_place), want)
+
     def factor(self) -> float:
         n = self.n
         return {"one": 1.0, "ring": (n - 1) / n, "allreduce": 2 * (n - 1) / n,
                 "none": 0.0}[self.factor_kind]
 
     def inputs(self, rank: int, count: int, offset: int = 0) -> np.ndarray:
-        return data.inputs(rank, count, self.dtype, self.op, offset)
+        return data.make(self.dtype, count, rank, SEED, self.op, offset)
+
+    def reduced(self, count: int, offset: int = 0) -> np.ndarray:
+        return data.reduced(self.n, self.dtype, count, self.op, SEED, offset)
 
     def mpi_reduce_op(self):
         return mpi_op(self.op)
@@ -121,31 +178,32 @@ class AllReduce(Case):
     name, factor_kind, reducing = "all_reduce", "allreduce", True
 
     def setup(self) -> None:
-        self.x = self.inputs(self.rank, self.count)
-        self.out = np.empty_like(self.x)
-        self.mout = np.empty_like(self.x)
+        self.x = self.x0 = self.inputs(self.rank, self.count)
+        self.out = np.empty_like(self.x0)
+        self.mout = np.empty_like(self.x0)
+        self.ip = self.x0.copy()
 
     def ours(self, algorithm):
         c, x, out, op = self.comm, self.x, self.out, self.op
         return lambda: c.all_reduce(x, out, op=op, algorithm=algorithm)
 
+    def ours_in_place(self, algorithm):
+        c, ip, op = self.comm, self.ip, self.op
+        return lambda: c.all_reduce(ip, out=ip, op=op, algorithm=algorithm)
+
     def mpi(self):
         return self.mpi_reducing(self.mpicomm.Allreduce)
 
-    def reset(self) -> None:
-        self.out.fill(_SENTINEL)
-
-    def wrong(self) -> int:
-        want = data.reduced(self.n, self.count, self.dtype, self.op)
-        return data.mismatches(self.out, want, self.n)
+    def expected(self):
+        return self.reduced(self.count)
 
 
 class Broadcast(Case):
-    name, rooted = "broadcast", True
+    name, rooted, in_place = "broadcast", True, "same"
 
     def setup(self) -> None:
-        self.want = self.inputs(self.root, self.count)
-        self.buf = self.want.copy() if self.rank == self.root else np.zeros_like(self.want)
+        self.x0 = self.inputs(self.root, self.count)
+        self.buf = self.x0.copy() if self.rank == self.root else np.zeros_like(self.x0)
         self.mbuf = self.buf.copy()
 
     def ours(self, algorithm):
@@ -156,26 +214,34 @@ class Broadcast(Case):
         mc, buf, root = self.mpicomm, _b(self.mbuf), self.root
         return lambda: mc.Bcast(buf, root)
 
-    def reset(self) -> None:
-        if self.rank != self.root:
-            self.buf.fill(_SENTINEL)
+    def expected(self):
+        return self.x0
 
-    def wrong(self) -> int:
-        return data.mismatches(self.buf, self.want, self.n)
+    def prepare(self, in_place, want):
+        _put(self.buf, want if self.rank == self.root else data.poison(want))
+
+    def result(self, in_place):
+        return self.buf
 
 
 class Reduce(Case):
     name, reducing, rooted = "reduce", True, True
 
     def setup(self) -> None:
-        self.x = self.inputs(self.rank, self.count)
+        self.x = self.x0 = self.inputs(self.rank, self.count)
         me = self.rank == self.root
-        self.out = np.empty_like(self.x) if me else None
-        self.mout = np.empty_like(self.x) if me else None
+        self.out = np.empty_like(self.x0) if me else None
+        self.mout = np.empty_like(self.x0) if me else None
+        self.ip = self.x0.copy()
 
     def ours(self, algorithm):
         c, x, out, op, root = self.comm, self.x, self.out, self.op, self.root
         return lambda: c.reduce(x, out, op=op, root=root, algorithm=algorithm)
+
+    def ours_in_place(self, algorithm):
+        c, ip, op, root = self.comm, self.ip, self.op, self.root
+        out = ip if self.rank == root else None
+        return lambda: c.reduce(ip, out, op=op, root=root, algorithm=algorithm)
 
     def mpi(self):
         mop = self.mpi_reduce_op()
@@ -184,39 +250,41 @@ class Reduce(Case):
         mc, x, out, root = self.mpicomm, self.x, self.mout, self.root
         return lambda: mc.Reduce(x, out, op=mop, root=root)
 
-    def reset(self) -> None:
-        if self.out is not None:
-            self.out.fill(_SENTINEL)
-
-    def wrong(self) -> int:
-        if self.out is None:
-            return 0
-        want = data.reduced(self.n, self.count, self.dtype, self.op)
-        return data.mismatches(self.out, want, self.n)
+    def expected(self):
+        return self.reduced(self.count) if self.rank == self.root else None
 
 
 class AllGather(Case):
     name, factor_kind, blocked = "all_gather", "ring", True
 
     def setup(self) -> None:
-        self.x = self.inputs(self.rank, self.m)
+        self.x = self.x0 = self.inputs(self.rank, self.m)
         self.out = np.empty((self.n, self.m), self.dtype)
         self.mout = np.empty_like(self.out)
+        self.ip = np.zeros_like(self.out)
+        self.ip[self.rank] = self.x0
 
     def ours(self, algorithm):
         c, x, out = self.comm, self.x, self.out
         return lambda: c.all_gather(x, out, algorithm=algorithm)
 
+    def ours_in_place(self, algorithm):
+        c, ip = self.comm, self.ip
+        mine = ip[self.rank]
+        return lambda: c.all_gather(mine, ip, algorithm=algorithm)
+
     def mpi(self):
         mc, x, out = self.mpicomm, _b(self.x), _b(self.mout)
         return lambda: mc.Allgather(x, out)
 
-    def reset(self) -> None:
-        self.out.fill(_SENTINEL)
+    def expected(self):
+        return data.stacked(self.n, self.dtype, self.m, SEED)
 
-    def wrong(self) -> int:
-        want = np.stack([self.inputs(q, self.m) for q in range(self.n)])
-        return data.mismatches(self.out, want, self.n)
+    def prepare(self, in_place, want):
+        p = data.poison(want)
+        if in_place:
+            p[self.rank] = self.x0
+        _put(self.ip if in_place else self.out, p)
 
     def choose_nbytes(self) -> int:
         return self.x.nbytes
@@ -226,55 +294,61 @@ class ReduceScatter(Case):
     name, factor_kind, blocked, reducing = "reduce_scatter", "ring", True, True
 
     def setup(self) -> None:
-        self.x = self.inputs(self.rank, self.count).reshape(self.n, self.m)
+        self.x = self.x0 = self.inputs(self.rank, self.count).reshape(self.n, self.m)
         self.out = np.empty(self.m, self.dtype)
         self.mout = np.empty_like(self.out)
+        self.ip = self.x0.copy()
 
     def ours(self, algorithm):
         c, x, out, op = self.comm, self.x, self.out, self.op
         return lambda: c.reduce_scatter(x, out, op=op, algorithm=algorithm)
 
+    def ours_in_place(self, algorithm):
+        c, ip, op = self.comm, self.ip, self.op
+        mine = ip[self.rank]
+        return lambda: c.reduce_scatter(ip, mine, op=op, algorithm=algorithm)
+
     def mpi(self):
         return self.mpi_reducing(self.mpicomm.Reduce_scatter_block)
 
-    def reset(self) -> None:
-        self.out.fill(_SENTINEL)
+    def expected(self):
+        return self.reduced(self.m, offset=self.rank * self.m)
 
-    def wrong(self) -> int:
-        want = data.reduced(self.n, self.m, self.dtype, self.op, offset=self.rank * self.m)
-        return data.mismatches(self.out, want, self.n)
+    def result(self, in_place):
+        return self.ip[self.rank] if in_place else self.out
 
 
 class AllToAll(Case):
     name, factor_kind, blocked = "all_to_all", "ring", True
 
     def setup(self) -> None:
-        self.x = self.inputs(self.rank, self.count).reshape(self.n, self.m)
-        self.out = np.empty_like(self.x)
-        self.mout = np.empty_like(self.x)
+        self.x = self.x0 = self.inputs(self.rank, self.count).reshape(self.n, self.m)
+        self.out = np.empty_like(self.x0)
+        self.mout = np.empty_like(self.x0)
+        self.ip = self.x0.copy()
 
     def ours(self, algorithm):
         c, x, out = self.comm, self.x, self.out
         return lambda: c.all_to_all(x, out, algorithm=algorithm)
 
+    def ours_in_place(self, algorithm):
+        c, ip = self.comm, self.ip
+        return lambda: c.all_to_all(ip, ip, algorithm=algorithm)
+
     def mpi(self):
         mc, x, out = self.mpicomm, _b(self.x), _b(self.mout)
         return lambda: mc.Alltoall(x, out)
 
-    def reset(self) -> None:
-        self.out.fill(_SENTINEL)
-
-    def wrong(self) -> int:
-        want = np.stack([self.inputs(j, self.m, offset=self.rank * self.m)
+    def expected(self):
+        return np.stack([self.inputs(j, self.m, offset=self.rank * self.m)
                          for j in range(self.n)])
-        return data.mismatches(self.out, want, self.n)
 
 
 class Gather(Case):
-    name, factor_kind, blocked, rooted = "gather", "ring", True, True
+    name, factor_kind, blocked, rooted, in_place = "gather", "ring", True, True, "none"
 
     def setup(self) -> None:
-        self.x = self.inputs(self.rank, self.m)
+        self.x = self.x0 = self.inputs(self.rank, self.m)
         me = self.rank == self.root
         self.out = np.empty((self.n, self.m), self.dtype) if me else None
         self.mout = np.empty((self.n, self.m), self.dtype) if me else None
@@ -287,22 +361,15 @@ class Gather(Case):
         mc, x, out, root = self.mpicomm, _b(self.x), _b(self.mout), self.root
         return lambda: mc.Gather(x, out, root=root)
 
-    def reset(self) -> None:
-        if self.out is not None:
-            self.out.fill(_SENTINEL)
-
-    def wrong(self) -> int:
-        if self.out is None:
-            return 0
-        want = np.stack([self.inputs(q, self.m) for q in range(self.n)])
-        return data.mismatches(self.out, want, self.n)
+    def expected(self):
+        return data.stacked(self.n, self.dtype, self.m, SEED) if self.rank == self.root else None
 
     def choose_nbytes(self) -> int:
         return self.x.nbytes
 
 
 class Scatter(Case):
-    name, factor_kind, blocked, rooted = "scatter", "ring", True, True
+    name, factor_kind, blocked, rooted, in_place = "scatter", "ring", True, True, "none"
 
     def setup(self) -> None:
         me = self.rank == self.root
@@ -318,19 +385,15 @@ class Scatter(Case):
         mc, x, out, root = self.mpicomm, _b(self.x), _b(self.mout), self.root
         return lambda: mc.Scatter(x, out, root=root)
 
-    def reset(self) -> None:
-        self.out.fill(_SENTINEL)
-
-    def wrong(self) -> int:
-        want = self.inputs(self.root, self.m, offset=self.rank * self.m)
-        return data.mismatches(self.out, want, self.n)
+    def expected(self):
+        return self.inputs(self.root, self.m, offset=self.rank * self.m)
 
     def choose_nbytes(self) -> int:
         return self.out.nbytes
 
 
 class Barrier(Case):
-    name, factor_kind = "barrier", "none"
+    name, factor_kind, in_place = "barrier", "none", "none"
 
     def __init__(self, comm, mpicomm, nbytes: int, dtype: np.dtype, op: str, root: int):
         super().__init__(comm, mpicomm, 0, dtype, op, root)

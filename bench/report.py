@@ -31,16 +31,25 @@ class Result:
         return d
 
 
-# (title, unit, width) of each column, in order
-_COLUMNS = [("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 10),
-            ("redop", "", 6), ("root", "", 5), ("algorithm", "", 0),
-            ("time", "(us)", 11), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8),
-            ("#wrong", "", 7), ("mpi_time", "(us)", 11), ("mpi_busbw", "(GB/s)", 10),
-            ("ratio", "", 7)]
+# (title, unit, width) of each column, in order; the group of the timing
+# columns (out-of-place, in-place) is a header line above them, as in nccl-tests
+_TIMING = [("time", "(us)", 11), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8),
+           ("#wrong", "", 7)]
+_COLUMNS = ([("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 10),
+             ("redop", "", 6), ("root", "", 5), ("algorithm", "", 0)]
+            + _TIMING + _TIMING
+            + [("mpi_time", "(us)", 11), ("mpi_busbw", "(GB/s)", 10), ("ratio", "", 7)])
+_GROUPS = {6: "out-of-place", 10: "in-place"}  # first column index -> title
+NA = "n/a"  # in-place cells of a call without an in-place form
 
 
 def _fmt(x: Optional[float], spec: str, missing: str = "-") -> str:
     return missing if x is None else format(x, spec)
+
+
+def _timing(time_us, algbw, busbw, wrong) -> list[str]:
+    return [_fmt(time_us, "11.2f"), _fmt(algbw, "8.3f"), _fmt(busbw, "8.3f"),
+            _fmt(wrong, "7d", "N/A").rjust(7)]
 
 
 class Table:
@@ -70,24 +79,33 @@ class Table:
         self._print(f"# {res.collective}  nranks {res.n}  transport {transport}  dtype "
                     f"{res.dtype}  op {res.op}  root {res.root}  memcpy "
                     f"{res.memcpy_gbps:.2f} GB/s")
-        names, units = [], []
-        for title, unit, w in _COLUMNS:
+        widths = [w or self.alg_width for _, _, w in _COLUMNS]
+        groups, names, units = [], [], []
+        for i, ((title, unit, _), w) in enumerate(zip(_COLUMNS, widths)):
+            if i in _GROUPS:  # centred over its four columns and their spaces
+                span = sum(widths[i:i + len(_TIMING)]) + len(_TIMING) - 1
+                groups.append(_GROUPS[i].center(span))
+            elif not any(g <= i < g + len(_TIMING) for g in _GROUPS):
+                groups.append(" " * w)
             if title.startswith("mpi_"):
                 title = res.baseline.lower() + title[3:]
-            w = w or self.alg_width
             names.append(title.rjust(w))
             units.append(unit.rjust(w))
-        self._print("#" + " ".join(names)[1:])
-        self._print("#" + " ".join(units)[1:])
+        for cells in (groups, names, units):
+            self._print(("#" + " ".join(cells)[1:]).rstrip())
 
     def row(self, res: Result, r: Row) -> None:
         alg = f"auto:{r.algorithm}" if r.auto else r.algorithm
         cells = [str(r.bytes).rjust(12), str(r.count).rjust(12), res.dtype.rjust(10),
-                 res.op.rjust(6), str(res.root).rjust(5), alg.rjust(self.alg_width),
-                 _fmt(r.time_us, "11.2f"), _fmt(r.algbw, "8.3f"), _fmt(r.busbw, "8.3f"),
-                 _fmt(r.wrong, "7d", "N/A").rjust(7),
-                 _fmt(r.mpi_time_us, "11.2f").rjust(11),
-                 _fmt(r.mpi_busbw, "10.3f").rjust(10), _fmt(r.ratio, "7.2f").rjust(7)]
+                 res.op.rjust(6), str(res.root).rjust(5), alg.rjust(self.alg_width)]
+        cells += _timing(r.time_us, r.algbw, r.busbw, r.wrong)
+        if r.inplace == "none":
+            cells += [NA.rjust(w) for _, _, w in _TIMING]
+        else:
+            cells += _timing(r.inplace_time_us, r.inplace_algbw, r.inplace_busbw,
+                             r.inplace_wrong)
+        cells += [_fmt(r.mpi_time_us, "11.2f").rjust(11),
+                  _fmt(r.mpi_busbw, "10.3f").rjust(10), _fmt(r.ratio, "7.2f").rjust(7)]
         self._print(" ".join(cells))
 
     def closing(self, res: Result) -> None:
@@ -101,16 +119,26 @@ class Table:
                 self._print(f"# Avg latency{label}: {avg_t:.2f} us{tail}")
                 continue
             avg = sum(r.busbw for r in sized) / len(sized)
+            inplace = [r.inplace_busbw for r in sized if r.inplace_busbw is not None]
             mpi = [r.mpi_busbw for r in sized if r.mpi_busbw is not None]
             frac = avg / res.memcpy_gbps if res.memcpy_gbps > 0 else float("nan")
-            tail = (f"   {res.baseline}: {sum(mpi) / len(mpi):.3f} GB/s"
-                    if len(mpi) == len(sized) else "")
+            tail = (f"   in place: {sum(inplace) / len(inplace):.3f} GB/s"
+                    if len(inplace) == len(sized) else "")
+            tail += (f"   {res.baseline}: {sum(mpi) / len(mpi):.3f} GB/s"
+                     if len(mpi) == len(sized) else "")
             self._print(f"# Avg bus bandwidth{label}: {avg:.3f} GB/s "
                         f"({100 * frac:.1f}% of memcpy {res.memcpy_gbps:.2f} GB/s){tail}")
-        bad = sum(r.wrong or 0 for r in res.rows)
+        bad = sum(wrong(r) for r in res.rows)
         if bad:
             self._print(f"# WRONG RESULTS: {bad} mismatching elements in total")
         self._print("#")
+
+
+def wrong(r: Row) -> int:
+    """The row's mismatching elements, out of place and in place (a call that
+    is in place already counts once)."""
+    own = (r.inplace_wrong or 0) if r.inplace == "own" else 0
+    return (r.wrong or 0) + own
 
 
 def _by_algorithm(rows: list[Row]) -> dict[str, list[Row]]:

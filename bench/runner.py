@@ -41,7 +41,14 @@ class Settings:
 
 @dataclasses.dataclass
 class Row:
-    """One line of the table (one size, one algorithm)."""
+    """One line of the table (one size, one algorithm).
+
+    The unprefixed figures are the out-of-place call's; the ``inplace_``
+    ones the in-place call's (None where the call has no in-place form:
+    ``inplace == "none"``; the out-of-place figures again where the call is
+    in place already: ``inplace == "same"``); the ``mpi_`` ones the
+    baseline's, out of place.
+    """
 
     bytes: int
     count: int
@@ -52,6 +59,12 @@ class Row:
     algbw: float
     busbw: float
     wrong: Optional[int]
+    inplace: str
+    inplace_iters: Optional[int]
+    inplace_time_us: Optional[float]
+    inplace_algbw: Optional[float]
+    inplace_busbw: Optional[float]
+    inplace_wrong: Optional[int]
     mpi_time_us: Optional[float]
     mpi_busbw: Optional[float]
     ratio: Optional[float]
@@ -167,37 +180,59 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
     """Measure collective ``name`` over ``s.sizes``, yielding rows as they are done;
     the baseline is NCCL's collective where ``nccl`` is given, else MPI's."""
     clock = Clock(mpicomm)
-    from mpi4py import MPI
     for nbytes in effective_sizes(name, s.sizes, comm.size, s.dtype):
         case = CASES[name](comm, mpicomm, nbytes, s.dtype, s.op, s.root)
         mfn = case.baseline(nccl)
         mpi_t: Optional[Timing] = None
         if mpi_supported(mfn, mpicomm):
             mpi_t = clock.measure(mfn, s)
-        factor = case.factor()
         for alg in s.algorithms:
-            fn = case.ours(alg)
-            t = clock.measure(fn, s)
-            wrong = None
-            if s.check:
-                case.reset()
-                mpicomm.Barrier()
-                fn()
-                wrong = int(mpicomm.allreduce(case.wrong(), op=MPI.SUM))
-            yield _row(case, alg, t, mpi_t, factor, wrong)
+            out = _timed(clock, case, case.ours(alg), False, s)
+            inp: Optional[tuple[Timing, Optional[int]]] = None
+            if case.in_place == "own":
+                inp = _timed(clock, case, case.ours_in_place(alg), True, s)
+            elif case.in_place == "same":
+                inp = out
+            yield _row(case, alg, out, inp, mpi_t)
         del case
 
 
-def _row(case: Case, alg: Optional[str], t: Timing, mpi_t: Optional[Timing],
-         factor: float, wrong: Optional[int]) -> Row:
-    algbw = case.nbytes / t.seconds / 1e9
+def _timed(clock: Clock, case: Case, fn: Call, in_place: bool, s: Settings
+           ) -> tuple[Timing, Optional[int]]:
+    """The call's timing, and with ``s.check`` the mismatches (summed over
+    ranks) of one more call made on reset buffers."""
+    from mpi4py import MPI
+    t = clock.measure(fn, s)
+    wrong = None
+    if s.check:
+        case.reset(in_place)
+        clock.mpicomm.Barrier()
+        fn()
+        wrong = int(clock.mpicomm.allreduce(case.wrong(in_place), op=MPI.SUM))
+    return t, wrong
+
+
+def _row(case: Case, alg: Optional[str], out: tuple[Timing, Optional[int]],
+         inp: Optional[tuple[Timing, Optional[int]]], mpi_t: Optional[Timing]) -> Row:
+    factor = case.factor()
+
+    def bw(t: Timing) -> float:  # algbw, GB/s
+        return case.nbytes / t.seconds / 1e9
+
+    t, wrong = out
+    ip: dict = dict.fromkeys(("inplace_iters", "inplace_time_us", "inplace_algbw",
+                              "inplace_busbw", "inplace_wrong"))
+    if inp is not None:
+        it, iw = inp
+        ip = {"inplace_iters": it.iters, "inplace_time_us": it.seconds * 1e6,
+              "inplace_algbw": bw(it), "inplace_busbw": bw(it) * factor, "inplace_wrong": iw}
     mpi_time_us = mpi_busbw = ratio = None
     if mpi_t is not None:
         mpi_time_us = mpi_t.seconds * 1e6
-        mpi_busbw = case.nbytes / mpi_t.seconds / 1e9 * factor
+        mpi_busbw = bw(mpi_t) * factor
         ratio = mpi_t.seconds / t.seconds
     return Row(bytes=case.nbytes, count=case.count,
                algorithm=alg if alg is not None else auto_name(case), auto=alg is None,
-               iters=t.iters, time_us=t.seconds * 1e6, algbw=algbw, busbw=algbw * factor,
-               wrong=wrong, mpi_time_us=mpi_time_us, mpi_busbw=mpi_busbw, ratio=ratio)
-
+               iters=t.iters, time_us=t.seconds * 1e6, algbw=bw(t), busbw=bw(t) * factor,
+               wrong=wrong, inplace=case.in_place, **ip, mpi_time_us=mpi_time_us,
+               mpi_busbw=mpi_busbw, ratio=ratio)

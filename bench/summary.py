@@ -2,8 +2,11 @@
 
     python -m bench.summary FILE.json [FILE.json ...] [--sizes 8,4K,2M,16M]
 
-One table per file: a row per collective and size with our time and busbw,
-MPI's, and the ratio (ours / MPI's busbw; MPI's time / ours for the barrier).
+One table per file: a row per collective and size with our time and busbw
+out of place and in place (``n/a`` for a call without an in-place form,
+``-`` in files written before the benchmark timed in place), MPI's (out of
+place), and the ratio (our out-of-place busbw / MPI's; MPI's time / ours for
+the barrier).
 """
 from __future__ import annotations
 
@@ -25,14 +28,19 @@ def table(results: list[dict], sizes: set[int] | None) -> str:
     first = results[0]
     head = (f"N = {first['n']}, transport {first['transport']}, {first['dtype']}, "
             f"memcpy {first['memcpy_gbps']:.2f} GB/s\n\n"
-            "| collective | bytes | algorithm | time (us) | busbw (GB/s) | MPI time (us) "
-            "| MPI busbw (GB/s) | ratio |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
+            "| collective | bytes | algorithm | time (us) | busbw (GB/s) "
+            "| in-place time (us) | in-place busbw (GB/s) | MPI time (us) "
+            "| MPI busbw (GB/s) | ratio |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
     lines = []
     for res, r in _rows(results, sizes):
         def f(x, spec):
             return "-" if x is None else format(x, spec)
+        if r.get("inplace") == "none":
+            ip = "n/a | n/a"
+        else:
+            ip = f"{f(r.get('inplace_time_us'), '.1f')} | {f(r.get('inplace_busbw'), '.3f')}"
         lines.append(f"| {res['collective']} | {r['bytes']} | {r.get('algorithm', '')} | "
-                     f"{f(r['time_us'], '.1f')} | {f(r['busbw'], '.3f')} | "
+                     f"{f(r['time_us'], '.1f')} | {f(r['busbw'], '.3f')} | {ip} | "
                      f"{f(r['mpi_time_us'], '.1f')} | {f(r['mpi_busbw'], '.3f')} | "
                      f"{f(r['ratio'], '.2f')} |")
     return head + "\n".join(lines) + "\n"

@@ -2,30 +2,54 @@
 
     mpiexec -n N python tests/conformance.py TRANSPORT OUTDIR [FAMILY ...]
 
-Every rank runs every case of each family and checks its own result against
-a numpy reference that it computes from all ranks' (deterministic) inputs.
-Each rank writes OUTDIR/rank<r>.json: {family: {"cases": k, "failures": [...]}}.
-A family that raises (a desynchronised job) is recorded as an error and the
-next family starts on a fresh communicator.
+Every rank runs the cases of each family and checks its own result against
+a numpy reference that it computes from all ranks' (deterministic) inputs
+(``bench.data``).  Each family runs on three communicators in turn
+(``COMMS``), each over a fresh ``cc.init()``:
+
+- ``world``: the communicator ``init`` gives, with every case of the family;
+- ``dup``: ``world.split(0, rank)``, every rank in the same order (the
+  library has no ``dup``), with a representative part of the family
+  (``plan(..., lite=True)``: every algorithm, a few dtypes, ops, roots and
+  counts, every out mode);
+- ``split``: ``world.split(rank % 2, -rank)``, two halves at once with their
+  ranks in reverse order, with the same part.
+
+Inputs depend on the communicator (``SALT``; the two halves of ``split``
+differ), so a message that strays into another communicator gives a wrong
+result.  Each rank writes OUTDIR/rank<r>.json: ``{family: {"cases": k,
+"failures": [...], "seconds": t, "comms": {"world": k, "dup": k, "split":
+k}}}``; every failure starts with the communicator it happened on, and this
+rank's rank and size there.  A family that raises (a desynchronised job) is
+recorded as an error and the next one starts on a fresh communicator.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
 import sys
 import time
 import traceback
+from typing import Callable, Optional
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import collectives as cc  # noqa: E402
-from cases import DTYPES, expect, make, ops_for, reduce_ref  # noqa: E402
+from bench.data import (DTYPES, expect, make, ops_for, poison, reduced,  # noqa: E402
+                        stacked)
+from expected_traffic import ring_all_reduce_uneven  # noqa: E402
 
 BIG = (1 << 20) + 3  # "over a million elements"
 MODES = ("new", "inplace", "out")
+FULL_N = 3  # up to this size every root x op x dtype x out mode is run; above, a sample
+COMMS = ("world", "dup", "split")
+SALT = {"world": 0, "dup": 100_000, "split": 200_000}  # + 100,000 x color for split
+LITE = [("float32", "sum"), ("int32", "max"), ("float64", "avg"), ("uint8", "prod"),
+        ("int16", "min"), ("complex64", "sum")]  # the dtypes and ops of a lite plan
 
 # The array module of the inputs and results: numpy, or CuPy for the "cuda"
 # transport (the references are numpy arrays either way).
@@ -37,8 +61,28 @@ def dev(a: np.ndarray):
     return a if xp is np else xp.asarray(a)
 
 
+LARGE = 100_000  # elements from which inputs and references are kept (``kept``)
+_kept: dict = {}
+
+
+def kept(fn, *args) -> np.ndarray:
+    """``fn(*args)`` (make, reduced or stacked), read-only.  The large cases
+    have the same inputs for every algorithm (``plan``), so their arrays are
+    computed once per family and communicator (``run_family`` empties this)."""
+    key = (fn.__name__, *args)
+    v = _kept.get(key)
+    if v is None:
+        v = fn(*args)
+        if v.size >= LARGE:
+            v.flags.writeable = False
+            _kept[key] = v
+    return v
+
+
 def mk(dtype, shape, rank: int, seed: int, op: str = "sum"):
-    return dev(make(dtype, shape, rank, seed, op))
+    """Rank ``rank``'s input, a writable array of the module under test."""
+    a = kept(make, dtype, shape, rank, seed, op)
+    return dev(a) if xp is not np else a.copy() if not a.flags.writeable else a
 
 
 def check(got, want: np.ndarray, what: str = "result") -> None:
@@ -49,17 +93,57 @@ def check(got, want: np.ndarray, what: str = "result") -> None:
     expect(got, want, what)
 
 
+def unchanged(x, x0, what="x"):
+    assert bool(xp.array_equal(x, x0)), f"{what} was modified"
+
+
 class Recorder:
-    def __init__(self):
+    """Counts and collects the failures of one family on one communicator."""
+
+    def __init__(self, label: str):
+        self.label, self.where = label, label
+        self.salt, self.lite, self.mpicomm = SALT[label], label != "world", None
         self.cases = 0
         self.failures: list[str] = []
+
+    def on(self, comm, mpicomm, color: int = 0) -> None:
+        """The communicator under test (and an mpi4py one over the same ranks, in
+        the same order, for what must not go through the library)."""
+        self.mpicomm = mpicomm
+        self.salt += 100_000 * color
+        self.where = f"{self.label}: rank {comm.rank} of {comm.size}"
 
     def check(self, desc: str, fn) -> None:
         self.cases += 1
         try:
             fn()
         except AssertionError as e:
-            self.failures.append(f"{desc}: {str(e).strip()[:600]}")
+            self.failures.append(f"[{self.where}] {desc}: {str(e).strip()[:600]}")
+
+
+# -- the plan: which cases a family runs --------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    dtype: np.dtype
+    op: Optional[str]    # None: the call takes no op
+    shape: tuple
+    root: Optional[int]  # None: the call takes no root
+    mode: str
+    seed: int = 0        # of the inputs, before the communicator's SALT
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What a call's plan varies."""
+
+    modes: tuple              # its out modes
+    reducing: bool
+    rooted: bool
+    blocked: bool             # x (or the result) is N blocks: count shapes are (N, *c)
+    sweep: Callable[[int], tuple]  # the shape of the dtype x op sweep at size N
+    count_dtypes: tuple       # the dtypes of the counts
+    big: Callable[[int], list]     # [(dtype, op, shape, root)] of about a million elements
 
 
 def counts(n: int) -> list:
@@ -70,244 +154,218 @@ def shape_of(c) -> tuple:
     return c if isinstance(c, tuple) else (c,)
 
 
-def stack(dt, shape, n, seed, op="sum"):
-    return np.stack([make(dt, shape, r, seed, op) for r in range(n)]) if n else None
+SPECS = {
+    "all_reduce": Spec(MODES, True, False, False, lambda n: (3 * n + 1,), ("float32", "int64"),
+                       lambda n: [("float32", "sum", (BIG,), None),
+                                  ("int32", "max", (BIG,), None)]),
+    "reduce": Spec(MODES, True, True, False, lambda n: (3 * n + 1,), ("float32", "int16"),
+                   lambda n: [("float64", "sum", (BIG,), n // 2)]),
+    "reduce_scatter": Spec(MODES, True, False, True, lambda n: (n, 3), ("float32", "uint8"),
+                           lambda n: [("float32", "sum", (n, BIG // n + 1), None)]),
+    "broadcast": Spec(("inplace",), False, True, False, lambda n: (3 * n + 1,),
+                      ("float32", "int8"),
+                      lambda n: [("float32", None, (BIG,), 0), ("uint16", None, (BIG,), n - 1)]),
+    "all_gather": Spec(MODES, False, False, False, lambda n: (3,), ("float64", "int32"),
+                       lambda n: [("float32", None, (BIG // n + 1,), None)]),
+    "all_to_all": Spec(MODES, False, False, True, lambda n: (n, 3), ("complex64", "int8"),
+                       lambda n: [("float32", None, (n, BIG // n + 1), None)]),
+    "gather": Spec(("new", "out"), False, True, False, lambda n: (3,), ("float32", "uint64"),
+                   lambda n: [("float32", None, (BIG // n + 1,), n // 2)]),
+    "scatter": Spec(("out",), False, True, False, lambda n: (3,), ("float16", "int64"),
+                    lambda n: [("float32", None, (BIG // n + 1,), n // 2)]),
+}
 
 
-def sweep(n: int):
-    """(dtype, op, shape) for the dtype x op sweep: an odd count not divisible by n."""
-    for dt in DTYPES:
-        for op in ops_for(dt):
-            yield dt, op, (3 * n + 1,)
+def plan(spec: Spec, n: int, alg_index: int, lite: bool) -> list[Case]:
+    """The cases of one algorithm of a call at size ``n``.
+
+    Full (``lite`` False): every dtype with every op it takes at the sweep
+    shape; the counts in two dtypes at every root; the cases of about a
+    million elements, each in one mode, turning with the algorithm.  At
+    ``n <= FULL_N`` the sweep and the counts at every root in every out mode;
+    above, the sweep takes one root and one mode a case (every seventh case
+    every mode), turning so that each dtype sees every mode where it has as
+    many ops, and the counts one mode a case.  Lite:
+    the dtype/op pairs of ``LITE`` at the sweep shape and two counts,
+    turning through the roots 0, n//2, n-1 and the modes.  Every plan has
+    every out mode of the call.
+
+    Seeds differ between the cases of all algorithms, but for the large
+    cases, whose inputs (expensive to make on every rank) are the same for
+    every algorithm.
+    """
+    modes = spec.modes
+    roots = list(range(n)) if spec.rooted else [None]
+    dt = np.dtype
+    if lite:
+        few = sorted({0, n // 2, n - 1}) if spec.rooted else [None]
+        picks = [(d, op, spec.sweep(n)) for d, op in LITE]
+        picks += [("float32", "sum", (n, c) if spec.blocked else (c,)) for c in (0, 1000)]
+        cases = [Case(dt(d), op if spec.reducing else None, shape, few[i % len(few)],
+                      modes[i % len(modes)]) for i, (d, op, shape) in enumerate(picks)]
+        return [dataclasses.replace(c, seed=10_000 * alg_index + i) for i, c in enumerate(cases)]
+    full = n <= FULL_N
+    cases: list[Case] = []
+    pairs = [(d, k, dtype, op) for d, dtype in enumerate(DTYPES)
+             for k, op in enumerate(ops_for(dtype) if spec.reducing else [None])]
+    for i, (d, k, dtype, op) in enumerate(pairs):
+        if full:
+            cases += [Case(dtype, op, spec.sweep(n), root, mode)
+                      for root in roots for mode in modes]
+        else:
+            root = roots[len(cases) % len(roots)]
+            some = modes if i % 7 == 0 else [modes[(d + k) % len(modes)]]
+            cases += [Case(dtype, op, spec.sweep(n), root, mode) for mode in some]
+    for c in counts(n):
+        shape = (n, *shape_of(c)) if spec.blocked else shape_of(c)
+        for d in spec.count_dtypes:
+            for root in roots:
+                some = modes if full else [modes[len(cases) % len(modes)]]
+                cases += [Case(dt(d), "sum" if spec.reducing else None, shape, root, mode)
+                          for mode in some]
+    cases = [dataclasses.replace(c, seed=10_000 * alg_index + i) for i, c in enumerate(cases)]
+    for j, (d, op, shape, root) in enumerate(spec.big(n)):
+        cases.append(Case(dt(d), op, shape, root, modes[(j + alg_index) % len(modes)],
+                          seed=9_999 - j))
+    return cases
 
 
-def unchanged(x, x0, what="x"):
-    assert bool(xp.array_equal(x, x0)), f"{what} was modified"
+def describe(call: str, alg: str, c: Case) -> str:
+    parts = [call, f"alg={alg}", f"dtype={c.dtype}"]
+    parts += [f"op={c.op}"] if c.op is not None else []
+    parts += [f"shape={c.shape}"]
+    parts += [f"root={c.root}"] if c.root is not None else []
+    return " ".join(parts + [f"mode={c.mode}"])
 
 
-# -- reducing calls ---------------------------------------------------------------
+# -- one case of each call: inputs, the call in its out mode, the checks -------------
 
-def fam_all_reduce(comm, rec):
+def out_for(want: np.ndarray):
+    """A separate ``out``: poisoned, so that an element left unwritten is wrong."""
+    return dev(poison(want))
+
+
+def returned(got, o, want: np.ndarray, receives: bool = True) -> None:
+    """The call's result: ``want``, in ``o`` where one was passed; None on a rank
+    that receives nothing."""
+    if not receives:
+        assert got is None, "non-root got a result"
+        return
+    assert o is None or got is o, "the out passed (x, in place) was not returned"
+    check(got, want)
+
+
+def run_all_reduce(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
-    for alg in comm.algorithms("all_reduce"):
-        cases = [(dt, op, shp) for dt, op, shp in sweep(n)]
-        cases += [(dt, "sum", shape_of(c)) for c in counts(n) for dt in ("float32", "int64")]
-        cases += [("float32", "sum", (BIG,)), ("int32", "max", (BIG,))]
-        for i, (dt, op, shp) in enumerate(cases):
-            for mode in (MODES if i % 7 == 0 else [MODES[i % 3]]):
-                seed = i * 31 + len(alg)
-                x = mk(dt, shp, r, seed, op)
-                want = reduce_ref(stack(dt, shp, n, seed, op), op, n)
-
-                def run(x=x, mode=mode, op=op, want=want):
-                    x0 = x.copy()
-                    if mode == "new":
-                        got = comm.all_reduce(x, op=op, algorithm=alg)
-                        unchanged(x, x0)
-                    elif mode == "inplace":
-                        got = comm.all_reduce(x, out=x, op=op, algorithm=alg)
-                        assert got is x, "in place did not return x"
-                    else:
-                        o = xp.full_like(x, 3)
-                        got = comm.all_reduce(x, out=o, op=op, algorithm=alg)
-                        assert got is o, "out= was not returned"
-                        unchanged(x, x0)
-                    check(got, want)
-                rec.check(f"all_reduce alg={alg} dtype={dt} op={op} shape={shp} mode={mode}", run)
+    x = mk(c.dtype, c.shape, r, seed, c.op)
+    x0, want = x.copy(), kept(reduced, n, c.dtype, c.shape, c.op, seed)
+    o = x if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
+    got = comm.all_reduce(x, out=o, op=c.op, algorithm=alg)
+    if o is not x:
+        unchanged(x, x0)
+    returned(got, o, want)
 
 
-def fam_reduce(comm, rec):
+def run_reduce(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
-    for alg in comm.algorithms("reduce"):
-        cases = [(dt, op, shp, n - 1) for dt, op, shp in sweep(n)]
-        cases += [(dt, "sum", shape_of(c), root) for root in range(n) for c in counts(n)
-                  for dt in ("float32", "int16")]
-        cases += [("float64", "sum", (BIG,), n // 2)]
-        for i, (dt, op, shp, root) in enumerate(cases):
-            mode = MODES[i % 3]
-            seed = i * 17 + len(alg)
-            x = mk(dt, shp, r, seed, op)
-            want = reduce_ref(stack(dt, shp, n, seed, op), op, n)
-
-            def run(x=x, mode=mode, op=op, want=want, root=root):
-                x0 = x.copy()
-                if mode == "inplace" and r == root:
-                    got = comm.reduce(x, out=x, op=op, root=root, algorithm=alg)
-                    assert got is x
-                elif mode == "out" and r == root:
-                    o = xp.zeros_like(x)
-                    got = comm.reduce(x, out=o, op=op, root=root, algorithm=alg)
-                    assert got is o
-                    unchanged(x, x0)
-                else:
-                    got = comm.reduce(x, op=op, root=root, algorithm=alg)
-                    unchanged(x, x0)
-                if r == root:
-                    check(got, want)
-                else:
-                    assert got is None, "non-root got a result"
-            rec.check(f"reduce alg={alg} dtype={dt} op={op} shape={shp} root={root} mode={mode}", run)
+    x = mk(c.dtype, c.shape, r, seed, c.op)
+    x0, want = x.copy(), kept(reduced, n, c.dtype, c.shape, c.op, seed)
+    o = None
+    if r == c.root:  # off the root there is no out: every mode is the plain call
+        o = x if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
+    got = comm.reduce(x, out=o, op=c.op, root=c.root, algorithm=alg)
+    if o is not x:
+        unchanged(x, x0)
+    returned(got, o, want, r == c.root)
 
 
-def fam_reduce_scatter(comm, rec):
+def run_reduce_scatter(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
-    for alg in comm.algorithms("reduce_scatter"):
-        cases = [(dt, op, (n, 3)) for dt in DTYPES for op in ops_for(dt)]
-        cases += [(dt, "sum", (n, *shape_of(c))) for c in counts(n) for dt in ("float32", "uint8")]
-        cases += [("float32", "sum", (n, BIG // n + 1))]
-        for i, (dt, op, shp) in enumerate(cases):
-            mode = MODES[i % 3]
-            seed = i * 13 + len(alg)
-            x = mk(dt, shp, r, seed, op)
-            want = reduce_ref(stack(dt, shp, n, seed, op), op, n)[r]
-
-            def run(x=x, mode=mode, op=op, want=want):
-                x0 = x.copy()
-                if mode == "inplace":  # out is this rank's block of x
-                    got = comm.reduce_scatter(x, out=x[r], op=op, algorithm=alg)
-                    assert got.base is x or got.base is x.base
-                    x0[r] = x[r]
-                elif mode == "out":
-                    o = xp.zeros(x.shape[1:], x.dtype)
-                    got = comm.reduce_scatter(x, out=o, op=op, algorithm=alg)
-                    assert got is o
-                else:
-                    got = comm.reduce_scatter(x, op=op, algorithm=alg)
-                unchanged(x, x0)
-                check(got, want)
-            rec.check(f"reduce_scatter alg={alg} dtype={dt} op={op} shape={shp} mode={mode}", run)
+    x = mk(c.dtype, c.shape, r, seed, c.op)
+    x0, want = x.copy(), kept(reduced, n, c.dtype, c.shape, c.op, seed)[r]
+    o = x[r] if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
+    got = comm.reduce_scatter(x, out=o, op=c.op, algorithm=alg)
+    if c.mode == "inplace":  # the rest of x is left as it was
+        x0[r] = x[r]
+    unchanged(x, x0)
+    returned(got, o, want)
 
 
-# -- data movement ----------------------------------------------------------------
+def run_broadcast(comm, alg, c: Case, seed: int) -> None:
+    want = kept(make, c.dtype, c.shape, c.root, seed)
+    buf = dev(want.copy()) if comm.rank == c.root else out_for(want)
+    got = comm.broadcast(buf, root=c.root, algorithm=alg)
+    assert got is buf, "broadcast did not return buf"
+    check(got, want)
 
-def fam_broadcast(comm, rec):
+
+def run_all_gather(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
-    for alg in comm.algorithms("broadcast"):
-        cases = [(dt, (3 * n + 1,), n - 1) for dt in DTYPES]
-        cases += [(dt, shape_of(c), root) for root in range(n) for c in counts(n)
-                  for dt in ("float32", "int8")]
-        cases += [("float32", (BIG,), 0), ("uint16", (BIG,), n - 1)]
-        for i, (dt, shp, root) in enumerate(cases):
-            seed = i * 7 + len(alg)
-            want = make(dt, shp, root, seed)
-            buf = mk(dt, shp, r, seed) if r == root else xp.zeros(shp, dt)
-
-            def run(buf=buf, want=want, root=root):
-                got = comm.broadcast(buf, root=root, algorithm=alg)
-                assert got is buf, "broadcast did not return buf"
-                check(got, want)
-            rec.check(f"broadcast alg={alg} dtype={dt} shape={shp} root={root}", run)
+    x = mk(c.dtype, c.shape, r, seed)
+    x0, want = x.copy(), kept(stacked, n, c.dtype, c.shape, seed)
+    if c.mode == "inplace":  # x is this rank's block of out
+        o = out_for(want)
+        o[r] = x
+        got = comm.all_gather(o[r], out=o, algorithm=alg)
+    else:
+        o = out_for(want) if c.mode == "out" else None
+        got = comm.all_gather(x, out=o, algorithm=alg)
+        unchanged(x, x0)
+    returned(got, o, want)
 
 
-def fam_all_gather(comm, rec):
+def run_all_to_all(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
-    for alg in comm.algorithms("all_gather"):
-        cases = [(dt, (3,)) for dt in DTYPES] + [(dt, shape_of(c)) for c in counts(n)
-                                                 for dt in ("float64", "int32")]
-        cases += [("float32", (BIG // n + 1,))]
-        for i, (dt, shp) in enumerate(cases):
-            mode = MODES[i % 3]
-            seed = i * 5 + len(alg)
-            x = mk(dt, shp, r, seed)
-            want = stack(dt, shp, n, seed)
-
-            def run(x=x, mode=mode, want=want):
-                x0 = x.copy()
-                if mode == "inplace":  # x is this rank's block of out
-                    o = xp.zeros((n, *x.shape), x.dtype)
-                    o[r] = x
-                    got = comm.all_gather(o[r], out=o, algorithm=alg)
-                    assert got is o
-                elif mode == "out":
-                    o = xp.zeros((n, *x.shape), x.dtype)
-                    got = comm.all_gather(x, out=o, algorithm=alg)
-                    assert got is o
-                else:
-                    got = comm.all_gather(x, algorithm=alg)
-                unchanged(x, x0)
-                check(got, want)
-            rec.check(f"all_gather alg={alg} dtype={dt} shape={shp} mode={mode}", run)
+    x = mk(c.dtype, c.shape, r, seed)
+    x0, want = x.copy(), kept(stacked, n, c.dtype, c.shape, seed)[:, r]
+    o = x if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
+    got = comm.all_to_all(x, out=o, algorithm=alg)
+    if o is not x:
+        unchanged(x, x0)
+    returned(got, o, want)
 
 
-def fam_all_to_all(comm, rec):
+def run_gather(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
-    for alg in comm.algorithms("all_to_all"):
-        cases = [(dt, (n, 3)) for dt in DTYPES] + [(dt, (n, *shape_of(c))) for c in counts(n)
-                                                   for dt in ("complex64", "int8")]
-        cases += [("float32", (n, BIG // n + 1))]
-        for i, (dt, shp) in enumerate(cases):
-            mode = MODES[i % 3]
-            seed = i * 3 + len(alg)
-            x = mk(dt, shp, r, seed)
-            want = stack(dt, shp, n, seed)[:, r]
-
-            def run(x=x, mode=mode, want=want):
-                x0 = x.copy()
-                if mode == "inplace":
-                    got = comm.all_to_all(x, out=x, algorithm=alg)
-                    assert got is x
-                elif mode == "out":
-                    o = xp.zeros_like(x)
-                    got = comm.all_to_all(x, out=o, algorithm=alg)
-                    assert got is o
-                    unchanged(x, x0)
-                else:
-                    got = comm.all_to_all(x, algorithm=alg)
-                    unchanged(x, x0)
-                check(got, want)
-            rec.check(f"all_to_all alg={alg} dtype={dt} shape={shp} mode={mode}", run)
+    x = mk(c.dtype, c.shape, r, seed)
+    x0, want = x.copy(), kept(stacked, n, c.dtype, c.shape, seed)
+    o = out_for(want) if c.mode == "out" and r == c.root else None
+    got = comm.gather(x, out=o, root=c.root, algorithm=alg)
+    unchanged(x, x0)
+    returned(got, o, want, r == c.root)
 
 
-def fam_gather(comm, rec):
-    n, r = comm.size, comm.rank
-    for alg in comm.algorithms("gather"):
-        cases = [(dt, (3,), n - 1) for dt in DTYPES]
-        cases += [(dt, shape_of(c), root) for root in range(n) for c in counts(n)
-                  for dt in ("float32", "uint64")]
-        cases += [("float32", (BIG // n + 1,), n // 2)]
-        for i, (dt, shp, root) in enumerate(cases):
-            mode = ("new", "out")[i % 2]
-            seed = i * 11 + len(alg)
-            x = mk(dt, shp, r, seed)
-            want = stack(dt, shp, n, seed)
-
-            def run(x=x, mode=mode, want=want, root=root):
-                x0 = x.copy()
-                if mode == "out" and r == root:
-                    o = xp.zeros((n, *x.shape), x.dtype)
-                    got = comm.gather(x, out=o, root=root, algorithm=alg)
-                    assert got is o
-                else:
-                    got = comm.gather(x, root=root, algorithm=alg)
-                unchanged(x, x0)
-                if r == root:
-                    check(got, want)
-                else:
-                    assert got is None, "non-root got a result"
-            rec.check(f"gather alg={alg} dtype={dt} shape={shp} root={root} mode={mode}", run)
+def run_scatter(comm, alg, c: Case, seed: int) -> None:
+    r = comm.rank
+    full = kept(stacked, comm.size, c.dtype, c.shape, seed)
+    x = dev(full.copy()) if r == c.root else None
+    o = out_for(full[r])
+    got = comm.scatter(x, o, root=c.root, algorithm=alg)
+    if x is not None:
+        unchanged(x, dev(full))
+    returned(got, o, full[r])
 
 
-def fam_scatter(comm, rec):
-    n, r = comm.size, comm.rank
-    for alg in comm.algorithms("scatter"):
-        cases = [(dt, (3,), n - 1) for dt in DTYPES]
-        cases += [(dt, shape_of(c), root) for root in range(n) for c in counts(n)
-                  for dt in ("float16", "int64")]
-        cases += [("float32", (BIG // n + 1,), n // 2)]
-        for i, (dt, shp, root) in enumerate(cases):
-            seed = i * 19 + len(alg)
-            full = stack(dt, shp, n, seed)
-            x = dev(full.copy()) if r == root else None
+RUNS = {"all_reduce": run_all_reduce, "reduce": run_reduce,
+        "reduce_scatter": run_reduce_scatter, "broadcast": run_broadcast,
+        "all_gather": run_all_gather, "all_to_all": run_all_to_all, "gather": run_gather,
+        "scatter": run_scatter}
 
-            def run(x=x, full=full, root=root, shp=shp, dt=dt):
-                o = xp.zeros(shp, dt)
-                got = comm.scatter(x, o, root=root, algorithm=alg)
-                assert got is o, "scatter did not return out"
-                if x is not None:
-                    unchanged(x, dev(full))
-                check(got, full[r])
-            rec.check(f"scatter alg={alg} dtype={dt} shape={shp} root={root}", run)
 
+def planned(call: str):
+    """The family of ``call``: every algorithm, each with its plan."""
+    spec, run = SPECS[call], RUNS[call]
+
+    def family(comm, rec: Recorder) -> None:
+        for a, alg in enumerate(comm.algorithms(call)):
+            for c in plan(spec, comm.size, a, rec.lite):
+                rec.check(describe(call, alg, c),
+                          lambda alg=alg, c=c: run(comm, alg, c, rec.salt + c.seed))
+    family.__name__ = f"fam_{call}"
+    return family
+
+
+# -- barrier, point to point, async, split --------------------------------------------
 
 def fam_barrier(comm, rec):
     n, r = comm.size, comm.rank
@@ -323,10 +381,8 @@ def fam_barrier(comm, rec):
         rec.check(f"barrier alg={alg} #{i}", run)
 
 
-# -- point to point, async, split -------------------------------------------------
-
 def fam_p2p(comm, rec):
-    n, r = comm.size, comm.rank
+    n, r, s = comm.size, comm.rank, rec.salt
     if n == 1:  # no peer to talk to: a message to oneself is refused
         def alone():
             try:
@@ -338,15 +394,17 @@ def fam_p2p(comm, rec):
         rec.check("p2p in a world of one", alone)
         return
     right, left = (r + 1) % n, (r - 1) % n
-    for i, (dt, c) in enumerate(itertools.product(("float32", "int8", "complex128"),
-                                                  (0, 1, 1000, 300_001))):
-        def run(dt=dt, c=c, i=i):
+    sizes = (0, 1, 1000) if rec.lite else (0, 1, 1000, 300_001)  # lite: exchange() is large
+    for i, (dt, c) in enumerate(itertools.product(("float32", "int8", "complex128"), sizes)):
+        def run(dt=dt, c=c, i=s + i):
             a, b = mk(dt, (c,), r, i), mk(dt, (c + 1,), r, i + 1)
             ra, rb = xp.zeros((c,), dt), xp.zeros((c + 1,), dt)
-            # tag 2 is received first although it is sent second
             sa = comm.isend(a, right, tag=1)
-            comm.send(b, right, tag=2) if c < 1000 else None
-            hb = comm.irecv(rb, left, tag=2) if c < 1000 else None
+            hb = None
+            if c < 1000:  # tag 2 is received first although it is sent second (a
+                # blocking send of a large message would wait for the receive of tag 1)
+                comm.send(b, right, tag=2)
+                hb = comm.irecv(rb, left, tag=2)
             got_a = comm.recv(ra, left, tag=1)
             sa.wait()
             assert sa.done()
@@ -356,19 +414,19 @@ def fam_p2p(comm, rec):
         rec.check(f"p2p ring dtype={dt} count={c}", run)
 
     def exchange():  # both directions at once, larger than the slots
-        x = mk("float64", (600_000,), r, 5)
+        x = mk("float64", (600_000,), r, s + 5)
         out = xp.empty_like(x)
         hs = [comm.isend(x, right, tag=7), comm.irecv(out, left, tag=7)]
         for h in hs:
             h.wait()
-        check(out, make("float64", (600_000,), left, 5))
+        check(out, make("float64", (600_000,), left, s + 5))
     rec.check("p2p isend/irecv exchange", exchange)
 
     def ordered():  # one pair, one tag: arrival in send order
         if r == 0:
             for k in range(5):
-                comm.send(xp.full(10, k, np.int32), 1 % n, tag=3)
-        if r == 1 % n:
+                comm.send(xp.full(10, k, np.int32), 1, tag=3)
+        if r == 1:
             for k in range(5):
                 check(comm.recv(xp.empty(10, np.int32), 0, tag=3), np.full(10, k, np.int32))
         comm.barrier()
@@ -376,23 +434,44 @@ def fam_p2p(comm, rec):
 
 
 def fam_async(comm, rec):
-    n, r = comm.size, comm.rank
+    n, r, s = comm.size, comm.rank, rec.salt
 
-    def run():
-        xs = [mk("float32", (5000 * (k + 1),), r, k) for k in range(4)]
+    def returns_before_peers_call():
+        # Every rank but 0 issues an all_reduce, which cannot finish without
+        # rank 0; rank 0 issues its own only after the others' calls have
+        # returned (a barrier outside the library).
+        x = mk("float64", (1000,), r, s)
+        h, early = None, None
+        try:
+            if r != 0:
+                h = comm.all_reduce(x, async_op=True)
+                early = h.done()
+        finally:  # even if the call raised: the ranks must not hang in the barrier
+            rec.mpicomm.Barrier()
+        if r == 0:
+            h = comm.all_reduce(x, async_op=True)
+        got = h.wait()
+        assert early is not True, "done() before rank 0 had called"
+        assert h.done(), "not done() after wait()"
+        check(got, reduced(n, "float64", (1000,), "sum", s))
+    if n > 1:
+        rec.check("async call returns before the peers call", returns_before_peers_call)
+
+    def mixed():
+        xs = [mk("float32", (5000 * (k + 1),), r, s + k) for k in range(4)]
         hs = [comm.all_reduce(x, async_op=True) for x in xs]
-        hb = comm.broadcast(mk("int32", (77,), r, 9), root=n - 1, async_op=True)
-        hg = comm.all_gather(mk("int8", (5,), r, 10), async_op=True)
-        busy = sum(float(np.sum(np.sqrt(np.arange(20000.0)))) for _ in range(5))  # compute meanwhile
-        assert busy > 0
+        hb = comm.broadcast(mk("int32", (77,), r, s + 9), root=n - 1, async_op=True)
+        hg = comm.all_gather(mk("int8", (5,), r, s + 10), async_op=True)
+        for _ in range(5):  # compute while they move
+            np.sum(np.sqrt(np.arange(20000.0)))
         for k, h in enumerate(hs):
-            check(h.wait(), reduce_ref(stack("float32", (5000 * (k + 1),), n, k), "sum", n))
+            check(h.wait(), reduced(n, "float32", (5000 * (k + 1),), "sum", s + k))
             assert h.done()
-        check(hb.wait(), make("int32", (77,), n - 1, 9))
-        check(hg.wait(), stack("int8", (5,), n, 10))
+        check(hb.wait(), make("int32", (77,), n - 1, s + 9))
+        check(hg.wait(), stacked(n, "int8", (5,), s + 10))
         y = comm.all_reduce(np.ones(3), op="sum")  # a blocking call after async ones
         expect(y, np.full(3, float(n)))
-    rec.check("async mixed calls complete in order", run)
+    rec.check("async mixed calls complete in order", mixed)
 
     def barrier_async():
         h = comm.barrier(async_op=True)
@@ -406,27 +485,67 @@ def fam_split(comm, rec):
     def run():
         color = r % 2
         sub = comm.split(color, key=-r)
-        members = [p for p in range(n) if p % 2 == color]
-        assert sub.size == len(members), f"sub.size {sub.size} != {len(members)}"
-        assert sub.rank == sorted(members, reverse=True).index(r), "key order not honoured"
-        before = sub.traffic
-        got = sub.all_reduce(dev(np.array([r], np.int64)))
-        check(got, np.array([sum(members)], np.int64))
-        g = sub.all_gather(dev(np.array([r], np.int64)))
-        check(g, np.array([[p] for p in sorted(members, reverse=True)], np.int64))
-        assert (sub.traffic - before).sent_bytes >= 0
+        try:
+            members = sorted((p for p in range(n) if p % 2 == color), reverse=True)
+            assert sub.size == len(members), f"sub.size {sub.size} != {len(members)}"
+            assert sub.rank == members.index(r), "key order not honoured"
+            before, parent = sub.traffic, comm.traffic
+            got = sub.all_reduce(dev(np.array([r], np.int64)), algorithm="ring")
+            check(got, np.array([sum(members)], np.int64))
+            g = sub.all_gather(dev(np.array([r], np.int64)), algorithm="ring")
+            check(g, np.array([[p] for p in members], np.int64))
+            d, dp = sub.traffic - before, comm.traffic - parent
+            # the ring all-reduce of one 8-byte element, then N-1 blocks of 8 bytes
+            m, q = sub.size, sub.rank
+            sent = ring_all_reduce_uneven(q, m, 1, 8) + 8 * (m - 1)
+            recv = ring_all_reduce_uneven((q - 1) % m, m, 1, 8) + 8 * (m - 1)
+            assert (d.sent_bytes, d.recv_bytes) == (sent, recv), \
+                f"sub traffic (sent, received) {(d.sent_bytes, d.recv_bytes)} != {(sent, recv)}"
+            assert (dp.sent_bytes, dp.recv_bytes) == (0, 0), \
+                f"the sub-communicator's bytes were counted on its parent: {dp}"
+        finally:
+            sub.close()
         none = comm.split(-1 if r == 0 else 0)
         assert (none is None) == (r == 0), "negative color must give None"
         if none is not None:
             expect(none.all_reduce(np.ones(2)), np.full(2, float(n - 1)))
             none.close()
-        sub.close()
-    rec.check("split by parity, reversed keys, negative color", run)
+    rec.check("split by parity, reversed keys, its own traffic, negative color", run)
 
 
-FAMILIES = {f.__name__[4:]: f for f in [
-    fam_all_reduce, fam_reduce, fam_reduce_scatter, fam_broadcast, fam_all_gather,
-    fam_all_to_all, fam_gather, fam_scatter, fam_barrier, fam_p2p, fam_async, fam_split]}
+FAMILIES = {name: planned(name) for name in
+            ("all_reduce", "reduce", "reduce_scatter", "broadcast", "all_gather",
+             "all_to_all", "gather", "scatter")}
+FAMILIES.update({f.__name__[4:]: f for f in [fam_barrier, fam_p2p, fam_async, fam_split]})
+
+
+# -- the job ----------------------------------------------------------------------------
+
+def run_family(name: str, transport: str, label: str) -> Recorder:
+    """Family ``name`` on communicator ``label`` (of COMMS) over a fresh init."""
+    from mpi4py import MPI
+    rec = Recorder(label)
+    _kept.clear()
+    try:
+        with cc.init(transport=transport) as world:
+            assert world.transport == transport
+            r = world.rank
+            color = r % 2 if label == "split" else 0
+            if label == "world":
+                comm, mpicomm = world, MPI.COMM_WORLD
+            else:
+                key = r if label == "dup" else -r
+                comm, mpicomm = world.split(color, key), MPI.COMM_WORLD.Split(color, key)
+            rec.on(comm, mpicomm, color)
+            try:
+                FAMILIES[name](comm, rec)
+            finally:
+                if comm is not world:
+                    comm.close()
+                    mpicomm.Free()
+    except Exception:
+        rec.failures.append(f"[{rec.where}] {name} raised:\n{traceback.format_exc()}")
+    return rec
 
 
 def main(argv: list[str]) -> int:
@@ -439,22 +558,15 @@ def main(argv: list[str]) -> int:
         cupy.cuda.Device(MPI.COMM_WORLD.Get_rank() % cupy.cuda.runtime.getDeviceCount()).use()
         xp = cupy
     results = {}
-    rank = None
     for name in names:
-        rec = Recorder()
         t0 = time.perf_counter()
-        try:
-            with cc.init(transport=transport) as comm:
-                rank = comm.rank
-                assert comm.transport == transport
-                FAMILIES[name](comm, rec)
-        except Exception:
-            rec.failures.append(f"{name} raised:\n{traceback.format_exc()}")
-        results[name] = {"cases": rec.cases, "failures": rec.failures,
-                         "seconds": round(time.perf_counter() - t0, 3)}
+        recs = [run_family(name, transport, label) for label in COMMS]
+        results[name] = {"cases": sum(rec.cases for rec in recs),
+                         "failures": [f for rec in recs for f in rec.failures],
+                         "seconds": round(time.perf_counter() - t0, 3),
+                         "comms": {rec.label: rec.cases for rec in recs}}
     from mpi4py import MPI
-    rank = MPI.COMM_WORLD.Get_rank()
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+    with open(os.path.join(outdir, f"rank{MPI.COMM_WORLD.Get_rank()}.json"), "w") as f:
         json.dump(results, f)
     return 0
 

@@ -7,6 +7,7 @@ import tempfile
 
 import pytest
 
+from conformance import COMMS
 from launch import ROOT, run_mpi
 
 WORLD_SIZES = list(range(1, 9))
@@ -27,7 +28,8 @@ _cache: dict = {}
 
 
 def conformance_results(n: int, transport: str) -> dict:
-    """{family: {"cases": total over ranks, "failures": [...]}} for a job of n ranks."""
+    """{family: {"cases": total over ranks, "failures": [...], "comms": {communicator:
+    cases}}} for a job of n ranks (tests/conformance.py)."""
     key = (n, transport)
     if key not in _cache:
         with tempfile.TemporaryDirectory() as d:
@@ -44,9 +46,11 @@ def conformance_results(n: int, transport: str) -> dict:
                     continue
                 with open(path) as f:
                     for fam, res in json.load(f).items():
-                        m = merged.setdefault(fam, {"cases": 0, "failures": []})
+                        m = merged.setdefault(fam, {"cases": 0, "failures": [], "comms": {}})
                         m["cases"] += res["cases"]
                         m["failures"] += [f"rank {r}: {x}" for x in res["failures"]]
+                        for c, k in res["comms"].items():
+                            m["comms"][c] = m["comms"].get(c, 0) + k
             _cache[key] = merged
     return _cache[key]
 
@@ -63,6 +67,8 @@ def check_family(results: dict, family: str) -> None:
     assert not res["failures"], f"{len(res['failures'])} failing cases:\n" + "\n".join(
         res["failures"][:20])
     assert res["cases"] > 0, f"no {family} case ran"
+    idle = [c for c in COMMS if not res["comms"].get(c)]
+    assert not idle, f"no {family} case ran on the {' or '.join(idle)} communicator"
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -7,7 +7,7 @@ Every rank draws the same sequence of calls from the shared seed: the call
 (broadcast, scatter, gather, reduce, all_gather, reduce_scatter, all_to_all,
 all_reduce, barrier, or an isend/recv round a random shift of the ranks), an
 algorithm from ``comm.algorithms(call)`` or None, a dtype of ``cc.DTYPES``, an
-op the dtype allows (``cases.ops_for``), a root, the out mode (a new array,
+op the dtype allows (``bench.data.ops_for``), a root, the out mode (a new array,
 ``out=`` a separate array, or in place where the call allows it) and whether
 the call is asynchronous.  Every 200 calls the ranks also split into a random
 sub-communicator, all-reduce on it and close it, which creates and unlinks a
@@ -17,9 +17,10 @@ Sizes: the input ``x`` of each call has 0 bytes (one call in 50) or a size
 drawn log-uniformly between 1 byte and ``--max-bytes`` (4 MiB), so that every
 decade from bytes to megabytes is exercised equally often while the run stays
 a few minutes on two cores (uniform sizes would average 2 MiB a call and spend
-the run on memcpy).  Inputs and references are ``cases.make`` and
-``cases.reduce_ref``, compared with ``cases.expect``: the tolerances of the
-conformance suite.
+the run on memcpy).  Inputs, references and the tolerance are those of the
+conformance suite and the benchmark (``bench.data``); a separate ``out`` is
+poisoned (``bench.data.poison``) so that an element the call leaves
+unwritten is wrong.
 
 Every rank samples, after a barrier, every 500 calls: its open file
 descriptors, its resident memory (VmRSS, and its anonymous and shared parts,
@@ -46,7 +47,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import collectives as cc  # noqa: E402
-from cases import DTYPES, expect, make, ops_for, reduce_ref  # noqa: E402
+from bench.data import DTYPES, expect, make, ops_for, poison, reduced, stacked  # noqa: E402
 from launch import shm_files  # noqa: E402
 
 CALLS = ("broadcast", "scatter", "gather", "reduce", "all_gather", "reduce_scatter",
@@ -118,9 +119,6 @@ class Soak:
         self.failures: list[str] = []
         self.last = ""
 
-    def stack(self, dt, shape, seed, op="sum") -> np.ndarray:
-        return np.stack([make(dt, shape, p, seed, op) for p in range(self.n)])
-
     def one(self, i: int) -> str:
         """Draw and run call ``i``; returns its name."""
         rng, n, r, comm = self.rng, self.n, self.r, self.comm
@@ -155,7 +153,7 @@ class Soak:
     # -- the calls: each checks its own result ---------------------------------
     def broadcast(self, i, dt, op, shape, root, mode, alg, async_op, *_):
         want = make(dt, shape, root, i)
-        buf = want.copy() if self.r == root else np.zeros(shape, dt)
+        buf = want.copy() if self.r == root else poison(want)
         got = self.finish(self.comm.broadcast(buf, root, algorithm=alg, async_op=async_op),
                           async_op)
         assert got is buf, "broadcast did not return buf"
@@ -164,7 +162,7 @@ class Soak:
     def scatter(self, i, dt, op, shape, root, mode, alg, async_op, *_):
         full = make(dt, shape, root, i)
         x = full.copy() if self.r == root else None
-        o = np.zeros(shape[1:], dt)
+        o = poison(full[self.r])
         got = self.finish(self.comm.scatter(x, o, root, algorithm=alg, async_op=async_op),
                           async_op)
         assert got is o, "scatter did not return out"
@@ -174,7 +172,8 @@ class Soak:
 
     def gather(self, i, dt, op, shape, root, mode, alg, async_op, *_):
         x = make(dt, shape, self.r, i)
-        o = np.zeros((self.n, *shape), dt) if mode != "new" and self.r == root else None
+        want = stacked(self.n, dt, shape, i)
+        o = poison(want) if mode != "new" and self.r == root else None
         got = self.finish(self.comm.gather(x, o, root, algorithm=alg, async_op=async_op),
                           async_op)
         expect(x, make(dt, shape, self.r, i), "x")
@@ -182,38 +181,39 @@ class Soak:
             assert got is None, "non-root got a result"
             return
         assert o is None or got is o, "out= was not returned"
-        expect(got, self.stack(dt, shape, i))
+        expect(got, want)
 
     def reduce(self, i, dt, op, shape, root, mode, alg, async_op, *_):
         x = make(dt, shape, self.r, i, op)
-        x0 = x.copy()
+        x0, want = x.copy(), reduced(self.n, dt, shape, op, i)
         o = None
         if self.r == root:
-            o = x if mode == "inplace" else np.zeros(shape, dt) if mode == "out" else None
+            o = x if mode == "inplace" else poison(want) if mode == "out" else None
         got = self.finish(self.comm.reduce(x, o, op, root, algorithm=alg, async_op=async_op),
                           async_op)
         if self.r != root:
             assert got is None, "non-root got a result"
         else:
             assert o is None or got is o, "out= was not returned"
-            expect(got, reduce_ref(self.stack(dt, shape, i, op), op, self.n))
+            expect(got, want)
         if o is not x:
             expect(x, x0, "x")
 
     def all_reduce(self, i, dt, op, shape, root, mode, alg, async_op, *_):
         x = make(dt, shape, self.r, i, op)
-        x0 = x.copy()
-        o = x if mode == "inplace" else np.zeros(shape, dt) if mode == "out" else None
+        x0, want = x.copy(), reduced(self.n, dt, shape, op, i)
+        o = x if mode == "inplace" else poison(want) if mode == "out" else None
         got = self.finish(self.comm.all_reduce(x, o, op, algorithm=alg, async_op=async_op),
                           async_op)
         assert o is None or got is o, "out= was not returned"
-        expect(got, reduce_ref(self.stack(dt, shape, i, op), op, self.n))
+        expect(got, want)
         if o is not x:
             expect(x, x0, "x")
 
     def all_gather(self, i, dt, op, shape, root, mode, alg, async_op, *_):
         x = make(dt, shape, self.r, i)
-        o = None if mode == "new" else np.zeros((self.n, *shape), dt)
+        want = stacked(self.n, dt, shape, i)
+        o = None if mode == "new" else poison(want)
         if mode == "inplace":  # x is this rank's block of out
             o[self.r] = x
             x = o[self.r]
@@ -222,27 +222,28 @@ class Soak:
         assert o is None or got is o, "out= was not returned"
         if mode != "inplace":
             expect(x, make(dt, shape, self.r, i), "x")
-        expect(got, self.stack(dt, shape, i))
+        expect(got, want)
 
     def reduce_scatter(self, i, dt, op, shape, root, mode, alg, async_op, *_):
         x = make(dt, shape, self.r, i, op)
-        x0 = x.copy()
-        o = x[self.r] if mode == "inplace" else np.zeros(shape[1:], dt) if mode == "out" else None
+        x0, want = x.copy(), reduced(self.n, dt, shape, op, i)[self.r]
+        o = x[self.r] if mode == "inplace" else poison(want) if mode == "out" else None
         got = self.finish(self.comm.reduce_scatter(x, o, op, algorithm=alg, async_op=async_op),
                           async_op)
         assert o is None or got is o, "out= was not returned"
-        expect(got, reduce_ref(self.stack(dt, shape, i, op), op, self.n)[self.r])
+        expect(got, want)
         if mode == "inplace":
             x0[self.r] = x[self.r]
         expect(x, x0, "x")
 
     def all_to_all(self, i, dt, op, shape, root, mode, alg, async_op, *_):
         x = make(dt, shape, self.r, i)
-        o = x if mode == "inplace" else np.zeros(shape, dt) if mode == "out" else None
+        want = stacked(self.n, dt, shape, i)[:, self.r]
+        o = x if mode == "inplace" else poison(want) if mode == "out" else None
         got = self.finish(self.comm.all_to_all(x, o, algorithm=alg, async_op=async_op),
                           async_op)
         assert o is None or got is o, "out= was not returned"
-        expect(got, self.stack(dt, shape, i)[:, self.r])
+        expect(got, want)
         if o is not x:
             expect(x, make(dt, shape, self.r, i), "x")
 
@@ -254,11 +255,11 @@ class Soak:
         if self.n == 1:
             return
         dst, src = (self.r + shift) % self.n, (self.r - shift) % self.n
-        x = make(dt, shape, self.r, i)
+        x, want = make(dt, shape, self.r, i), make(dt, shape, src, i)
         h = self.comm.isend(x, dst, tag)
-        got = self.comm.recv(np.zeros(shape, dt), src, tag)
+        got = self.comm.recv(poison(want), src, tag)
         h.wait()
-        expect(got, make(dt, shape, src, i))
+        expect(got, want)
 
     def split(self, i: int) -> None:
         """A random sub-communicator (some ranks out of it), used once and closed."""

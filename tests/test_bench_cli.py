@@ -9,24 +9,49 @@ from pathlib import Path
 
 import pytest
 
+from bench import summary
+
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
-ROW_KEYS = {"bytes", "count", "time_us", "algbw", "busbw", "wrong", "mpi_time_us",
-            "mpi_busbw", "ratio"}
+INPLACE_KEYS = {"inplace_iters", "inplace_time_us", "inplace_algbw", "inplace_busbw",
+                "inplace_wrong"}
+ROW_KEYS = {"bytes", "count", "time_us", "algbw", "busbw", "wrong", "inplace", "mpi_time_us",
+            "mpi_busbw", "ratio"} | INPLACE_KEYS
+# the in-place form of each call (bench/cases.py): its own call, the same call, none
+INPLACE = {"all_reduce": "own", "all_gather": "own", "reduce_scatter": "own",
+           "broadcast": "same", "reduce": "own", "all_to_all": "own", "gather": "none",
+           "scatter": "none", "barrier": "none"}
 TOP_KEYS = {"collective", "n", "transport", "dtype", "memcpy_gbps", "rows"}
 
 pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec at {MPIEXEC}")
 
 
-def _bench(n: int, *args: str, timeout: float = 60, module: str = "bench"
-           ) -> subprocess.CompletedProcess:
+# python -c: the benchmark on a library whose in-place all_reduce leaves x as it was
+BROKEN_IN_PLACE = """
+import sys
+import collectives
+real = collectives.Communicator.all_reduce
+def all_reduce(self, x, out=None, *args, **kw):
+    if out is x:
+        real(self, x, None, *args, **kw)
+        return x
+    return real(self, x, out, *args, **kw)
+collectives.Communicator.all_reduce = all_reduce
+from bench.__main__ import _run
+sys.exit(_run())
+"""
+
+
+def _bench(n: int, *args: str, timeout: float = 60, module: str = "bench",
+           code: str = "", status: int = 0) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("COLLECTIVES_TIMEOUT", "30")
-    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, "-m", module, *args]
+    run = ["-c", code] if code else ["-m", module]
+    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, *run, *args]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=timeout)
-    assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+    assert p.returncode == status, f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
     return p
 
 
@@ -39,6 +64,16 @@ def _check_result(res: dict, collective: str, n: int) -> None:
         assert ROW_KEYS <= row.keys()
         assert row["wrong"] == 0, f"{collective}: {row}"
         assert row["time_us"] > 0 and row["busbw"] >= 0
+        assert row["inplace"] == INPLACE[collective], f"{collective}: {row}"
+        if row["inplace"] == "none":
+            assert all(row[k] is None for k in INPLACE_KEYS), f"{collective}: {row}"
+        else:
+            assert row["inplace_wrong"] == 0, f"{collective}: {row}"
+            assert row["inplace_time_us"] > 0 and row["inplace_iters"] > 0
+            factor = row["busbw"] / row["algbw"]  # the call's, in place as out of place
+            assert row["inplace_busbw"] == pytest.approx(row["inplace_algbw"] * factor)
+        if row["inplace"] == "same":  # broadcast: its one call is in place
+            assert row["inplace_time_us"] == row["time_us"], f"{collective}: {row}"
 
 
 def test_all_reduce_checked_rows(tmp_path):
@@ -50,8 +85,16 @@ def test_all_reduce_checked_rows(tmp_path):
     assert [r["bytes"] for r in res["rows"]] == [8, 64, 512, 4096, 32768]
     for r in res["rows"]:  # all_reduce: busbw = algbw * 2(n-1)/n = algbw at n=2
         assert r["busbw"] == pytest.approx(r["algbw"])
+        assert r["inplace_busbw"] == pytest.approx(r["inplace_algbw"])
         assert r["mpi_busbw"] is not None and r["ratio"] is not None
     assert "Avg bus bandwidth" in p.stdout and "memcpy" in p.stdout
+    assert "in place:" in p.stdout  # the closing line's in-place average
+    heads = [ln for ln in p.stdout.splitlines() if "out-of-place" in ln]
+    assert len(heads) == 1 and "in-place" in heads[0], p.stdout
+    names = p.stdout.splitlines()[p.stdout.splitlines().index(heads[0]) + 1].split()
+    assert names.count("time") == 2 and names.count("#wrong") == 2, names
+    md = summary.table([res], None)
+    assert "in-place time (us)" in md and md.count("\n| all_reduce |") == 5, md
 
 
 def test_all_collectives_three_ranks(tmp_path):
@@ -67,6 +110,20 @@ def test_all_collectives_three_ranks(tmp_path):
     sizes = {r["collective"]: [row["bytes"] for row in r["rows"]] for r in results}
     assert sizes["all_gather"] == [1020, 16380]  # n whole blocks of float32
     assert sizes["barrier"] == [0]
+    md = summary.table(results, None)
+    gather = [ln for ln in md.splitlines() if ln.startswith("| gather |")]
+    assert len(gather) == 2 and all("| n/a | n/a |" in ln for ln in gather), md
+
+
+def test_in_place_checks_catch_a_wrong_result(tmp_path):
+    """#wrong counts the in-place call's own mismatches: a library whose in-place
+    all-reduce leaves x as it was is caught there and only there."""
+    out = tmp_path / "ar.json"
+    p = _bench(2, "all_reduce", "-b", "4K", "-e", "4K", "-n", "2", "-w", "1", "--check",
+               "--json", str(out), code=BROKEN_IN_PLACE, status=1)
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["wrong"] == 0 and row["inplace_wrong"] > 100, row
+    assert "WRONG RESULTS" in p.stdout
 
 
 def test_probes_print_their_figures():

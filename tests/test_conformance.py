@@ -1,12 +1,17 @@
-"""Every call of API.md against numpy, under real mpiexec.
+"""Every call of docs/api.md against numpy, under real mpiexec.
 
 One job per (world size, transport) runs all the families of
-tests/conformance.py (every algorithm x dtype x op x root x count x out
-mode of each call); each test below checks one family of one job.
+tests/conformance.py, each on the world communicator (every algorithm, dtype,
+op, root, count and out mode of its call: all crossed at N <= 3, sampled
+above) and on a duplicated and a split communicator (a representative part);
+each test below checks one family of one job.  The plans themselves are
+checked here, in process: every out mode in every plan, the full cross at
+N <= 3.
 """
 import pytest
 
-from conformance import FAMILIES
+from bench.data import DTYPES, ops_for
+from conformance import FAMILIES, FULL_N, SALT, SPECS, Recorder, plan
 from conftest import CMA, TRANSPORTS, WORLD_SIZES, check_family
 
 
@@ -22,3 +27,42 @@ def test_family(conformance, n, transport, family):
 def test_family_shm_rendezvous(conformance, n, family):
     """The same cases with shm's single-copy rendezvous on from 4 KiB."""
     check_family(conformance(n, CMA), family)
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_plans(n):
+    """Every out mode in every plan; every dtype and root in the full ones; at
+    N <= FULL_N every root x op x dtype x out mode; seeds that tell cases apart."""
+    for call, spec in SPECS.items():
+        roots = set(range(n)) if spec.rooted else {None}
+        for lite in (False, True):
+            for a in range(4):
+                cases = plan(spec, n, a, lite)
+                where = f"{call} n={n} lite={lite} algorithm #{a}"
+                assert {c.mode for c in cases} == set(spec.modes), where
+                assert len({c.seed for c in cases}) == len(cases), where
+                assert all(0 <= c.seed < 100_000 for c in cases), where  # below SALT's steps
+                if lite:
+                    continue
+                assert {c.dtype for c in cases} >= set(DTYPES), where
+                assert {c.root for c in cases} == roots, where
+                if n <= FULL_N:
+                    got = {(c.dtype, c.op, c.root, c.mode) for c in cases}
+                    want = {(dt, op, root, mode) for dt in DTYPES
+                            for op in (ops_for(dt) if spec.reducing else [None])
+                            for root in roots for mode in spec.modes}
+                    assert want <= got, f"{where}: missing {sorted(want - got, key=str)[:5]}"
+
+
+def test_failures_name_the_communicator():
+    class Comm:
+        rank, size = 1, 4
+    rec = Recorder("split")
+    rec.on(Comm(), None, color=1)
+
+    def fails():
+        raise AssertionError("wrong")
+    rec.check("all_reduce alg=ring", fails)
+    rec.check("all_reduce alg=direct", lambda: None)
+    assert rec.cases == 2 and rec.salt == SALT["split"] + 100_000
+    assert rec.failures == ["[split: rank 1 of 4] all_reduce alg=ring: wrong"]
