@@ -16,8 +16,10 @@ built or ``COLLECTIVES_KERNELS=0``.  Both give the same bits:
   there across all k inputs and rounded once, to nearest even; a NaN stays a
   NaN (its payload is not kept bit for bit, here or anywhere else in numpy);
 - complex sum is the float sum of the parts; complex prod is numpy's own
-  pairwise multiply (numpy fuses its complex multiply on some processors and
-  not on others, so only numpy equals numpy); max/min are refused.
+  multiply, ``uf(in0, in1, out=out)`` then ``uf(out, x, out=out)`` as the
+  library's reductions call it: numpy fuses its complex multiply on some
+  processors and not others, and even in place and not, so only numpy
+  equals numpy; max/min are refused.
 
 ``divisor=d`` divides the result by d in the same pass (avg = sum / N):
 floating dtypes only, as ``np.true_divide(out, d)`` does, except that half
