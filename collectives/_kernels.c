@@ -20,7 +20,9 @@
 #error "collectives._kernels needs GCC or clang (vector extensions); the library falls back to numpy"
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
+/* -DCOLLECTIVES_KERNELS_GENERIC builds the portable loops alone, as on a
+ * processor that is not x86 (to test them on one that is) */
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(COLLECTIVES_KERNELS_GENERIC)
 #define X86 1
 #include <immintrin.h>
 #define SFENCE() _mm_sfence()
@@ -81,52 +83,6 @@ static const size_t DTYPE_SIZES[N_DTYPES] = {FOR_DTYPES(SIZE_OF)};
 typedef void (*kernel_fn)(char *out, const char *const *in, size_t k, size_t n,
                           const double *div, int nt);
 typedef void (*copy_fn)(char *d, const char *s, size_t n, int nt);
-
-/* Portable float16 conversions for processors without F16C, rounding as
- * numpy's npy_floatbits_to_halfbits does (to nearest even; a NaN keeps the
- * top of its payload and stays a NaN). */
-static inline float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
-    float f;
-    if (e == 0x1f) {
-        bits = sign | 0x7f800000u | (m << 13);
-    } else if (e) {
-        bits = sign | ((e + 112) << 23) | (m << 13);
-    } else { /* zero or subnormal: m * 2^-24 is exact in float32 */
-        f = (float)m * 0x1p-24f;
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    }
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static inline uint16_t float_to_half(float f)
-{
-    uint32_t x, a;
-    memcpy(&x, &f, 4);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    a = x & 0x7fffffffu;
-    if (a > 0x7f800000u) { /* NaN */
-        uint16_t r = (uint16_t)(0x7c00u | (a >> 13));
-        return sign | (r == 0x7c00u ? 0x7c01u : r);
-    }
-    if (a >= 0x477ff000u) /* 65520 and up round to inf (65504 is odd) */
-        return sign | 0x7c00u;
-    if (a >= 0x38800000u) { /* normal: rebias the exponent, round the 13 cut bits */
-        a -= 0x38000000u;
-        a += 0xfffu + ((a >> 13) & 1u);
-        return sign | (uint16_t)(a >> 13);
-    }
-    /* subnormal or zero: adding 0.5 leaves the value's multiple of 2^-24,
-     * rounded to nearest even by the FPU, in the low bits of 0.5 */
-    float v;
-    memcpy(&v, &a, 4);
-    v += 0.5f;
-    memcpy(&a, &v, 4);
-    return sign | (uint16_t)(a - 0x3f000000u);
-}
 
 #define HALF_SCALAR 0
 #define HALF_F16C 1

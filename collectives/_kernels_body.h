@@ -70,20 +70,48 @@ static inline TARGET ALWAYS void FN(put)(char *p, const void *src, size_t bytes,
     memcpy(p, s, bytes);
 }
 
-/* float16 <-> float32 for one vector, rounding to nearest even */
+/* float16 <-> float32, rounding to nearest even.  With F16C or AVX-512 the
+ * processor converts; the baseline converts with integer arithmetic on the
+ * even and odd halves of 32-bit words, as bfloat16 does below.  A NaN stays a
+ * NaN, quieted, with the top of its payload, as F16C converts it. */
+#if HALF == HALF_SCALAR
+/* h: float16 bits in the low half of each lane */
+static inline TARGET ALWAYS V(f32) FN(f16_widen)(V(u32) h)
+{
+    V(u32) em = h & 0x7fffu, bits = em << 13;
+    /* exponent and mantissa shifted into place read as a float 2^112 times
+     * too small, subnormals included: one exact multiplication rebiases */
+    V(u32) f = (V(u32))((V(f32))bits * 0x1p112f);
+    V(u32) infnan = (V(u32))((V(i32))em >= 0x7c00);
+    f = (f & ~infnan) | ((bits + 0x70000000u) & infnan);
+    return (V(f32))(f | ((h & 0x8000u) << 16));
+}
+
+/* the float16 bits of x, in the low half of each lane */
+static inline TARGET ALWAYS V(u32) FN(f16_narrow)(V(f32) x)
+{
+    V(u32) u = (V(u32))x, a = u & 0x7fffffffu;
+    V(i32) ai = (V(i32))a;
+    V(u32) big = (V(u32))(ai >= 0x47800000);   /* 2^16 and up: inf; or NaN */
+    V(u32) nan = (V(u32))(ai > 0x7f800000);
+    V(u32) small = (V(u32))(ai < 0x38800000); /* under 2^-14: subnormal or zero */
+    /* normal: rebias the exponent, round the 13 bits cut off (65520 carries to inf) */
+    V(u32) o = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    /* subnormal: adding 0.5 leaves |x| rounded to a multiple of 2^-24 (to
+     * nearest even, by the FPU) in the low bits of 0.5 */
+    V(u32) sub = (V(u32))((V(f32))a + 0.5f) - 0x3f000000u;
+    V(u32) inf = 0x7c00u | (nan & (0x0200u | ((a >> 13) & 0x3ffu)));
+    o = (o & ~small) | (sub & small);
+    o = (o & ~big) | (inf & big);
+    return o | ((u >> 16) & 0x8000u);
+}
+#else
 static inline TARGET ALWAYS V(f32) FN(f16_load)(const char *p)
 {
 #if HALF == HALF_AVX512
     return (V(f32))_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-#elif HALF == HALF_F16C
-    return (V(f32))_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 #else
-    uint16_t h[LANES(V(f32))];
-    V(f32) v;
-    memcpy(h, p, sizeof h);
-    for (size_t l = 0; l < LANES(V(f32)); l++)
-        v[l] = half_to_float(h[l]);
-    return v;
+    return (V(f32))_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 #endif
 }
 
@@ -91,106 +119,125 @@ static inline TARGET ALWAYS V(h16) FN(f16_round)(V(f32) x)
 {
 #if HALF == HALF_AVX512
     return (V(h16))_mm512_cvtps_ph((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-#elif HALF == HALF_F16C
-    return (V(h16))_mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else
-    V(h16) h;
-    for (size_t l = 0; l < LANES(V(f32)); l++)
-        h[l] = float_to_half(x[l]);
-    return h;
+    return (V(h16))_mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #endif
 }
+#endif
 
-/* bfloat16 is the top half of a float32: widening is a shift, and rounding
- * to nearest even adds 0x7fff plus the lowest kept bit before cutting (the
- * carry moves into the exponent exactly when it should).  A NaN becomes the
- * quiet NaN of its sign, as ml_dtypes converts it. */
-static inline TARGET ALWAYS V(f32) FN(bf16_load)(const char *p)
+/* bfloat16 is the top half of a float32, so a 32-bit word of two bfloat16
+ * holds the even element as (word << 16) and the odd one as (word &
+ * 0xffff0000): a block of bfloat16 is two float32 vectors, and widening and
+ * narrowing need no shuffles.  Rounding to nearest even adds 0x7fff plus the
+ * lowest kept bit before cutting (the carry moves into the exponent exactly
+ * when it should); a NaN becomes the quiet NaN of its sign, as ml_dtypes
+ * converts it.  The result is in the low 16 bits of each lane. */
+static inline TARGET ALWAYS void FN(bf16_load)(V(f32) *x, const char *p)
 {
-    V(h16) h;
-    memcpy(&h, p, sizeof h);
-    return (V(f32))(__builtin_convertvector(h, V(u32)) << 16);
+    V(u32) w;
+    memcpy(&w, p, sizeof w);
+    x[0] = (V(f32))(w << 16);
+    x[1] = (V(f32))(w & 0xffff0000u);
 }
 
-static inline TARGET ALWAYS V(h16) FN(bf16_round)(V(f32) x)
+static inline TARGET ALWAYS V(u32) FN(bf16_round)(V(f32) x)
 {
     V(u32) u = (V(u32))x;
-    V(u32) nan = (V(u32))((u & 0x7fffffffu) > 0x7f800000u);
+    V(u32) nan = (V(u32))((V(i32))(u & 0x7fffffffu) > 0x7f800000);
     V(u32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     V(u32) q = ((u >> 16) & 0x8000u) | 0x7fc0u;
-    return __builtin_convertvector((r & ~nan) | (q & nan), V(h16));
+    return (r & ~nan) | (q & nan);
 }
 
-#define LOAD_PLAIN(T, p) ({ T v_; memcpy(&v_, (p), sizeof v_); v_; })
-#define LOAD_F16(T, p) FN(f16_load)(p)
-#define LOAD_BF16(T, p) FN(bf16_load)(p)
-#define STORE_PLAIN(p, v, nt) FN(put)((p), &(v), sizeof(v), (nt))
-#define STORE_F16(p, v, nt) ({ V(h16) h_ = FN(f16_round)(v); FN(put)((p), &h_, sizeof h_, (nt)); })
-#define STORE_BF16(p, v, nt) ({ V(h16) h_ = FN(bf16_round)(v); FN(put)((p), &h_, sizeof h_, (nt)); })
+/* How each kind loads a block into W_KIND vectors x, and stores them */
+#define W_PLAIN 1
+#define W_BF16 2
+#define LOAD_PLAIN(x, p) memcpy(&(x)[0], (p), sizeof((x)[0]))
+#define LOAD_BF16(x, p) FN(bf16_load)((x), (p))
+#define STORE_PLAIN(p, x, nt) FN(put)((p), &(x)[0], sizeof((x)[0]), (nt))
+#define STORE_BF16(p, x, nt) ({ V(u32) w_ = FN(bf16_round)((x)[0]) | (FN(bf16_round)((x)[1]) << 16); \
+                                FN(put)((p), &w_, sizeof w_, (nt)); })
+#if HALF == HALF_SCALAR
+#define W_F16 2
+#define LOAD_F16(x, p) ({ V(u32) w_; memcpy(&w_, (p), sizeof w_);                    \
+                          (x)[0] = FN(f16_widen)(w_ & 0xffffu); (x)[1] = FN(f16_widen)(w_ >> 16); })
+#define STORE_F16(p, x, nt) ({ V(u32) w_ = FN(f16_narrow)((x)[0]) | (FN(f16_narrow)((x)[1]) << 16); \
+                               FN(put)((p), &w_, sizeof w_, (nt)); })
+#else
+#define W_F16 1
+#define LOAD_F16(x, p) ((x)[0] = FN(f16_load)(p))
+#define STORE_F16(p, x, nt) ({ V(h16) h_ = FN(f16_round)((x)[0]); FN(put)((p), &h_, sizeof h_, (nt)); })
+#endif
 
 /* One kernel per (dtype, op): out = op(...op(op(in0, in1), in2)..., in_{k-1}),
  * divided by *div when div is set (floating dtypes only), one pass over
- * memory.  Every block reads all k inputs before it writes out, so out may be
- * any one of the inputs.  nt streams the stores from the first boundary of
- * out aligned to a block's store on; the head before it and the tail go
- * through a block on the stack. */
-#define DEFINE_KERNEL(OP, NAME, S, VT, AVT, KIND, DIV)                                         \
-    static inline TARGET ALWAYS V(VT) FN(NAME##_##OP##_block)(const char *const *in, size_t k,     \
-                                                           size_t off, const double *div)     \
-    {                                                                                          \
-        V(VT) acc = LOAD_##KIND(V(VT), in[0] + off);                                                   \
-        for (size_t j = 1; j < k; j++) {                                                       \
-            V(VT) x = LOAD_##KIND(V(VT), in[j] + off);                                                 \
-            acc = OP(V(VT), V(AVT), acc, x);                                                           \
-        }                                                                                      \
-        if (div)                                                                               \
-            acc = DIV(acc, *div);                                                              \
-        return acc;                                                                            \
-    }                                                                                          \
-    static TARGET void FN(NAME##_##OP##_part)(char *out, const char *const *in, size_t k,      \
-                                              size_t off, size_t m, const double *div)        \
-    {                                                                                          \
-        S b[LANES(V(VT))];                                                                         \
-        memset(b, 0, sizeof b);                                                                \
-        memcpy(b, in[0] + off, m * sizeof(S));                                                 \
-        V(VT) acc = LOAD_##KIND(V(VT), (const char *)b);                                               \
-        for (size_t j = 1; j < k; j++) {                                                       \
-            memcpy(b, in[j] + off, m * sizeof(S));                                             \
-            V(VT) x = LOAD_##KIND(V(VT), (const char *)b);                                             \
-            acc = OP(V(VT), V(AVT), acc, x);                                                           \
-        }                                                                                      \
-        if (div)                                                                               \
-            acc = DIV(acc, *div);                                                              \
-        STORE_##KIND((char *)b, acc, 0);                                                       \
-        memcpy(out + off, b, m * sizeof(S));                                                   \
-    }                                                                                          \
-    static inline TARGET ALWAYS size_t FN(NAME##_##OP##_run)(char *out, const char *const *in, \
-                                                              size_t k, size_t i, size_t n,   \
-                                                              const double *div, int nt)      \
-    {                                                                                          \
-        for (; i + LANES(V(VT)) <= n; i += LANES(V(VT))) {                                             \
-            V(VT) acc = FN(NAME##_##OP##_block)(in, k, i * sizeof(S), div);                        \
-            STORE_##KIND(out + i * sizeof(S), acc, nt);                                        \
-        }                                                                                      \
-        return i;                                                                              \
-    }                                                                                          \
-    static TARGET void FN(NAME##_##OP)(char *out, const char *const *in, size_t k, size_t n,   \
-                                       const double *div, int nt)                              \
-    {                                                                                          \
-        size_t i = 0;                                                                          \
-        if (nt && (uintptr_t)out % sizeof(S) == 0) {                                           \
-            i = ((0 - (uintptr_t)out) & (LANES(V(VT)) * sizeof(S) - 1)) / sizeof(S);          \
-            if (i > n)                                                                         \
-                i = n;                                                                         \
-            if (i)                                                                             \
-                FN(NAME##_##OP##_part)(out, in, k, 0, i, div);                                 \
-            i = FN(NAME##_##OP##_run)(out, in, k, i, n, div, 1);                               \
-            SFENCE();                                                                          \
-        } else {                                                                               \
-            i = FN(NAME##_##OP##_run)(out, in, k, i, n, div, 0);                               \
-        }                                                                                      \
-        if (i < n)                                                                             \
-            FN(NAME##_##OP##_part)(out, in, k, i * sizeof(S), n - i, div);                     \
+ * memory, a block (BLOCK elements, W vectors) at a time.  Every block reads
+ * all k inputs before it writes out, so out may be any one of the inputs.
+ * nt streams the stores from the first boundary of out aligned to a block's
+ * store on; the head before it and the tail go through a block on the stack. */
+#define DEFINE_KERNEL(OP, NAME, S, VT, AVT, KIND, DIV)                                          \
+    enum { FN(NAME##_##OP##_BLOCK) = W_##KIND * LANES(V(VT)) };                                  \
+    /* acc = x (first) or op(acc, x), x the block at p */                                       \
+    static inline TARGET ALWAYS void FN(NAME##_##OP##_fold)(V(VT) *acc, const char *p, int first) \
+    {                                                                                           \
+        V(VT) x[W_##KIND];                                                                      \
+        LOAD_##KIND(x, p);                                                                      \
+        for (int w = 0; w < W_##KIND; w++)                                                      \
+            acc[w] = first ? x[w] : OP(V(VT), V(AVT), acc[w], x[w]);                            \
+    }                                                                                           \
+    static inline TARGET ALWAYS void FN(NAME##_##OP##_finish)(V(VT) *acc, const double *div)    \
+    {                                                                                           \
+        if (div)                                                                                \
+            for (int w = 0; w < W_##KIND; w++)                                                  \
+                acc[w] = DIV(acc[w], *div);                                                     \
+    }                                                                                           \
+    static TARGET void FN(NAME##_##OP##_part)(char *out, const char *const *in, size_t k,       \
+                                              size_t off, size_t m, const double *div)         \
+    {                                                                                           \
+        V(VT) acc[W_##KIND];                                                                    \
+        S b[FN(NAME##_##OP##_BLOCK)];                                                               \
+        memset(b, 0, sizeof b);                                                                 \
+        memcpy(b, in[0] + off, m * sizeof(S));                                                  \
+        FN(NAME##_##OP##_fold)(acc, (const char *)b, 1);                                        \
+        for (size_t j = 1; j < k; j++) {                                                        \
+            memcpy(b, in[j] + off, m * sizeof(S));                                              \
+            FN(NAME##_##OP##_fold)(acc, (const char *)b, 0);                                    \
+        }                                                                                       \
+        FN(NAME##_##OP##_finish)(acc, div);                                                     \
+        STORE_##KIND((char *)b, acc, 0);                                                        \
+        memcpy(out + off, b, m * sizeof(S));                                                    \
+    }                                                                                           \
+    static inline TARGET ALWAYS size_t FN(NAME##_##OP##_run)(char *out, const char *const *in,  \
+                                                              size_t k, size_t i, size_t n,    \
+                                                              const double *div, int nt)       \
+    {                                                                                           \
+        for (; i + FN(NAME##_##OP##_BLOCK) <= n; i += FN(NAME##_##OP##_BLOCK)) {                        \
+            V(VT) acc[W_##KIND];                                                                \
+            FN(NAME##_##OP##_fold)(acc, in[0] + i * sizeof(S), 1);                              \
+            for (size_t j = 1; j < k; j++)                                                      \
+                FN(NAME##_##OP##_fold)(acc, in[j] + i * sizeof(S), 0);                          \
+            FN(NAME##_##OP##_finish)(acc, div);                                                 \
+            STORE_##KIND(out + i * sizeof(S), acc, nt);                                         \
+        }                                                                                       \
+        return i;                                                                               \
+    }                                                                                           \
+    static TARGET void FN(NAME##_##OP)(char *out, const char *const *in, size_t k, size_t n,    \
+                                       const double *div, int nt)                               \
+    {                                                                                           \
+        size_t i = 0;                                                                           \
+        if (nt && (uintptr_t)out % sizeof(S) == 0) {                                            \
+            i = ((0 - (uintptr_t)out) & (FN(NAME##_##OP##_BLOCK) * sizeof(S) - 1)) / sizeof(S);     \
+            if (i > n)                                                                          \
+                i = n;                                                                          \
+            if (i)                                                                              \
+                FN(NAME##_##OP##_part)(out, in, k, 0, i, div);                                  \
+            i = FN(NAME##_##OP##_run)(out, in, k, i, n, div, 1);                                \
+            SFENCE();                                                                           \
+        } else {                                                                                \
+            i = FN(NAME##_##OP##_run)(out, in, k, i, n, div, 0);                                \
+        }                                                                                       \
+        if (i < n)                                                                              \
+            FN(NAME##_##OP##_part)(out, in, k, i * sizeof(S), n - i, div);                      \
     }
 
 #define DEFINE_OP_KERNELS(NAME, S, V, AV, KIND, DIV)     \
@@ -220,7 +267,8 @@ static TARGET void FN(copy)(char *d, const char *s, size_t n, int nt)
     size_t i = head;
     for (; i + 64 <= n; i += 64)
         for (size_t o = 0; o < 64; o += VB) {
-            V(u8) v = LOAD_PLAIN(V(u8), s + i + o);
+            V(u8) v;
+            memcpy(&v, s + i + o, VB);
             FN(put)(d + i + o, &v, VB, 1);
         }
     SFENCE();
@@ -230,6 +278,9 @@ static TARGET void FN(copy)(char *d, const char *s, size_t n, int nt)
 #undef LOAD_PLAIN
 #undef LOAD_F16
 #undef LOAD_BF16
+#undef W_PLAIN
+#undef W_F16
+#undef W_BF16
 #undef STORE_PLAIN
 #undef STORE_F16
 #undef STORE_BF16

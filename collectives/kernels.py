@@ -29,7 +29,7 @@ divided by numpy afterwards.
 Outputs of ``stream_bytes`` (``COLLECTIVES_STREAM_BYTES``, 8 MiB by default)
 and more are written with streaming stores (collectives/streaming.py says
 why).  ``COLLECTIVES_KERNELS_ISA=sse2|avx2|avx512`` caps the instruction set,
-for tests; ``use()`` does the same at run time.
+for tests; ``use()`` picks a path at run time.
 """
 from __future__ import annotations
 
@@ -115,10 +115,19 @@ def _use_from_env() -> None:
     cap = os.environ.get("COLLECTIVES_KERNELS_ISA", "").strip()
     if not cap:
         return
-    order = ("numpy", "sse2", "avx2", "avx512")
-    if cap not in order:
-        raise ValueError(f"COLLECTIVES_KERNELS_ISA must be one of {order}, got {cap!r}")
-    use([n for n in isas() if order.index(n) <= order.index(cap)][-1])
+    if cap not in _RANK:
+        raise ValueError(f"COLLECTIVES_KERNELS_ISA must be one of {tuple(_RANK)}, got {cap!r}")
+    use(capped(cap))
+
+
+# how capable each path is: "generic" (the portable loops, on processors
+# that are not x86) stands where SSE2 does
+_RANK = {"numpy": 0, "generic": 1, "sse2": 1, "avx2": 2, "avx512": 3}
+
+
+def capped(cap: str) -> str:
+    """The best path of ``isas()`` that is no more capable than ``cap``."""
+    return [n for n in isas() if _RANK[n] <= _RANK[cap]][-1]
 
 
 _use_from_env()
