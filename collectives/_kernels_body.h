@@ -149,53 +149,67 @@ static inline TARGET ALWAYS V(u32) FN(bf16_round)(V(f32) x)
     return (r & ~nan) | (q & nan);
 }
 
-/* How each kind loads a block into W_KIND vectors x, and stores them */
-#define W_PLAIN 1
-#define W_BF16 2
-#define LOAD_PLAIN(x, p) memcpy(&(x)[0], (p), sizeof((x)[0]))
+/* How each kind loads a unit of memory (UNIT_KIND bytes) into VECS_KIND
+ * vectors x, and stores them back */
+#define UNIT_PLAIN VB
+#define VECS_PLAIN 1
+#define LOAD_PLAIN(x, p) memcpy((x), (p), VB)
+#define STORE_PLAIN(p, x, nt) FN(put)((p), (x), VB, (nt))
+#define UNIT_BF16 VB
+#define VECS_BF16 2
 #define LOAD_BF16(x, p) FN(bf16_load)((x), (p))
-#define STORE_PLAIN(p, x, nt) FN(put)((p), &(x)[0], sizeof((x)[0]), (nt))
 #define STORE_BF16(p, x, nt) ({ V(u32) w_ = FN(bf16_round)((x)[0]) | (FN(bf16_round)((x)[1]) << 16); \
-                                FN(put)((p), &w_, sizeof w_, (nt)); })
+                                FN(put)((p), &w_, VB, (nt)); })
 #if HALF == HALF_SCALAR
-#define W_F16 2
-#define LOAD_F16(x, p) ({ V(u32) w_; memcpy(&w_, (p), sizeof w_);                    \
+#define UNIT_F16 VB
+#define VECS_F16 2
+#define LOAD_F16(x, p) ({ V(u32) w_; memcpy(&w_, (p), VB);                           \
                           (x)[0] = FN(f16_widen)(w_ & 0xffffu); (x)[1] = FN(f16_widen)(w_ >> 16); })
 #define STORE_F16(p, x, nt) ({ V(u32) w_ = FN(f16_narrow)((x)[0]) | (FN(f16_narrow)((x)[1]) << 16); \
-                               FN(put)((p), &w_, sizeof w_, (nt)); })
+                               FN(put)((p), &w_, VB, (nt)); })
 #else
-#define W_F16 1
+#define UNIT_F16 (VB / 2)
+#define VECS_F16 1
 #define LOAD_F16(x, p) ((x)[0] = FN(f16_load)(p))
-#define STORE_F16(p, x, nt) ({ V(h16) h_ = FN(f16_round)((x)[0]); FN(put)((p), &h_, sizeof h_, (nt)); })
+#define STORE_F16(p, x, nt) ({ V(h16) h_ = FN(f16_round)((x)[0]); FN(put)((p), &h_, VB / 2, (nt)); })
 #endif
+/* A block is UNROLL units: that many independent chains of k-1 ops keep
+ * the out-of-order core busy where one chain would wait on each op's
+ * latency (it matters in cache; from memory the loads decide). */
+#define UNROLL 2
 
 /* One kernel per (dtype, op): out = op(...op(op(in0, in1), in2)..., in_{k-1}),
  * divided by *div when div is set (floating dtypes only), one pass over
- * memory, a block (BLOCK elements, W vectors) at a time.  Every block reads
- * all k inputs before it writes out, so out may be any one of the inputs.
- * nt streams the stores from the first boundary of out aligned to a block's
- * store on; the head before it and the tail go through a block on the stack. */
+ * memory, a block at a time.  Every block reads all k inputs before it writes
+ * out, so out may be any one of the inputs.  nt streams the stores from the
+ * first boundary of out aligned to a unit on; the head before it and the
+ * tail go through a block on the stack. */
 #define DEFINE_KERNEL(OP, NAME, S, VT, AVT, KIND, DIV)                                          \
-    enum { FN(NAME##_##OP##_BLOCK) = W_##KIND * LANES(V(VT)) };                                  \
+    enum { FN(NAME##_##OP##_W) = UNROLL * VECS_##KIND,                                          \
+           FN(NAME##_##OP##_BLOCK) = UNROLL * UNIT_##KIND / sizeof(S) };                        \
     /* acc = x (first) or op(acc, x), x the block at p */                                       \
     static inline TARGET ALWAYS void FN(NAME##_##OP##_fold)(V(VT) *acc, const char *p, int first) \
     {                                                                                           \
-        V(VT) x[W_##KIND];                                                                      \
-        LOAD_##KIND(x, p);                                                                      \
-        for (int w = 0; w < W_##KIND; w++)                                                      \
+        V(VT) x[FN(NAME##_##OP##_W)];                                                           \
+        for (int u = 0; u < UNROLL; u++)                                                        \
+            LOAD_##KIND(x + u * VECS_##KIND, p + u * UNIT_##KIND);                              \
+        for (int w = 0; w < FN(NAME##_##OP##_W); w++)                                           \
             acc[w] = first ? x[w] : OP(V(VT), V(AVT), acc[w], x[w]);                            \
     }                                                                                           \
-    static inline TARGET ALWAYS void FN(NAME##_##OP##_finish)(V(VT) *acc, const double *div)    \
+    static inline TARGET ALWAYS void FN(NAME##_##OP##_store)(char *out, V(VT) *acc,             \
+                                                             const double *div, int nt)         \
     {                                                                                           \
         if (div)                                                                                \
-            for (int w = 0; w < W_##KIND; w++)                                                  \
+            for (int w = 0; w < FN(NAME##_##OP##_W); w++)                                       \
                 acc[w] = DIV(acc[w], *div);                                                     \
+        for (int u = 0; u < UNROLL; u++)                                                        \
+            STORE_##KIND(out + u * UNIT_##KIND, acc + u * VECS_##KIND, nt);                     \
     }                                                                                           \
     static TARGET void FN(NAME##_##OP##_part)(char *out, const char *const *in, size_t k,       \
                                               size_t off, size_t m, const double *div)         \
     {                                                                                           \
-        V(VT) acc[W_##KIND];                                                                    \
-        S b[FN(NAME##_##OP##_BLOCK)];                                                               \
+        V(VT) acc[FN(NAME##_##OP##_W)];                                                         \
+        S b[FN(NAME##_##OP##_BLOCK)];                                                           \
         memset(b, 0, sizeof b);                                                                 \
         memcpy(b, in[0] + off, m * sizeof(S));                                                  \
         FN(NAME##_##OP##_fold)(acc, (const char *)b, 1);                                        \
@@ -203,21 +217,19 @@ static inline TARGET ALWAYS V(u32) FN(bf16_round)(V(f32) x)
             memcpy(b, in[j] + off, m * sizeof(S));                                              \
             FN(NAME##_##OP##_fold)(acc, (const char *)b, 0);                                    \
         }                                                                                       \
-        FN(NAME##_##OP##_finish)(acc, div);                                                     \
-        STORE_##KIND((char *)b, acc, 0);                                                        \
+        FN(NAME##_##OP##_store)((char *)b, acc, div, 0);                                        \
         memcpy(out + off, b, m * sizeof(S));                                                    \
     }                                                                                           \
     static inline TARGET ALWAYS size_t FN(NAME##_##OP##_run)(char *out, const char *const *in,  \
                                                               size_t k, size_t i, size_t n,    \
                                                               const double *div, int nt)       \
     {                                                                                           \
-        for (; i + FN(NAME##_##OP##_BLOCK) <= n; i += FN(NAME##_##OP##_BLOCK)) {                        \
-            V(VT) acc[W_##KIND];                                                                \
+        for (; i + FN(NAME##_##OP##_BLOCK) <= n; i += FN(NAME##_##OP##_BLOCK)) {                \
+            V(VT) acc[FN(NAME##_##OP##_W)];                                                     \
             FN(NAME##_##OP##_fold)(acc, in[0] + i * sizeof(S), 1);                              \
             for (size_t j = 1; j < k; j++)                                                      \
                 FN(NAME##_##OP##_fold)(acc, in[j] + i * sizeof(S), 0);                          \
-            FN(NAME##_##OP##_finish)(acc, div);                                                 \
-            STORE_##KIND(out + i * sizeof(S), acc, nt);                                         \
+            FN(NAME##_##OP##_store)(out + i * sizeof(S), acc, div, nt);                         \
         }                                                                                       \
         return i;                                                                               \
     }                                                                                           \
@@ -226,7 +238,7 @@ static inline TARGET ALWAYS V(u32) FN(bf16_round)(V(f32) x)
     {                                                                                           \
         size_t i = 0;                                                                           \
         if (nt && (uintptr_t)out % sizeof(S) == 0) {                                            \
-            i = ((0 - (uintptr_t)out) & (FN(NAME##_##OP##_BLOCK) * sizeof(S) - 1)) / sizeof(S);     \
+            i = ((0 - (uintptr_t)out) & (UNIT_##KIND - 1)) / sizeof(S);                         \
             if (i > n)                                                                          \
                 i = n;                                                                          \
             if (i)                                                                              \
@@ -278,9 +290,13 @@ static TARGET void FN(copy)(char *d, const char *s, size_t n, int nt)
 #undef LOAD_PLAIN
 #undef LOAD_F16
 #undef LOAD_BF16
-#undef W_PLAIN
-#undef W_F16
-#undef W_BF16
+#undef UNIT_PLAIN
+#undef UNIT_F16
+#undef UNIT_BF16
+#undef VECS_PLAIN
+#undef VECS_F16
+#undef VECS_BF16
+#undef UNROLL
 #undef STORE_PLAIN
 #undef STORE_F16
 #undef STORE_BF16
