@@ -65,7 +65,7 @@ def probe(n: int, ks, reps: int) -> None:
     before = kernels.isa()
     rng = np.random.default_rng(0)
     print(f"{n} elements, GB/s of output, median of {reps}; best path here: {kernels.isas()[-1]}, "
-          f"streams outputs of {kernels.STREAM_BYTES} bytes and more")
+          f"streams outputs of {kernels.streaming.STREAM_BYTES} bytes and more")
     print(f"{'dtype':>9} {'k':>2} " + " ".join(f"{name:>20}" for name in methods))
     try:
         for dt in dtypes:

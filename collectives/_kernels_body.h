@@ -28,6 +28,13 @@ typedef VEC(uint16_t, VB / 2) FN(vh16); /* float16 or bfloat16, one per float32 
 
 /* Store `bytes` (a vector or half of one) from src to p, streamed when nt;
  * p is then aligned to `bytes`. */
+#define STREAM_IF(width, T, stream)             \
+    if (bytes == (width)) {                     \
+        T t_;                                   \
+        memcpy(&t_, s, (width));                \
+        stream((T *)p, t_);                     \
+        return;                                 \
+    }
 static inline TARGET ALWAYS void FN(put)(char *p, const void *src, size_t bytes, int nt)
 {
     const char *s = (const char *)src;
@@ -36,39 +43,20 @@ static inline TARGET ALWAYS void FN(put)(char *p, const void *src, size_t bytes,
         return;
     }
 #if NT_BITS >= 512
-    if (bytes == 64) {
-        __m512i t;
-        memcpy(&t, s, 64);
-        _mm512_stream_si512((void *)p, t);
-        return;
-    }
+    STREAM_IF(64, __m512i, _mm512_stream_si512)
 #endif
 #if NT_BITS >= 256
-    if (bytes == 32) {
-        __m256i t;
-        memcpy(&t, s, 32);
-        _mm256_stream_si256((__m256i *)p, t);
-        return;
-    }
+    STREAM_IF(32, __m256i, _mm256_stream_si256)
 #endif
 #if NT_BITS >= 128
-    if (bytes == 16) {
-        __m128i t;
-        memcpy(&t, s, 16);
-        _mm_stream_si128((__m128i *)p, t);
-        return;
-    }
+    STREAM_IF(16, __m128i, _mm_stream_si128)
 #if defined(__x86_64__)
-    if (bytes == 8) {
-        long long t;
-        memcpy(&t, s, 8);
-        _mm_stream_si64((long long *)p, t);
-        return;
-    }
+    STREAM_IF(8, long long, _mm_stream_si64)
 #endif
 #endif
     memcpy(p, s, bytes);
 }
+#undef STREAM_IF
 
 /* float16 <-> float32, rounding to nearest even.  With F16C or AVX-512 the
  * processor converts; the baseline converts with integer arithmetic on the

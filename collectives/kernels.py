@@ -26,9 +26,9 @@ floating dtypes only, as ``np.true_divide(out, d)`` does, except that half
 types divide in float32 before their single rounding.  Complex results are
 divided by numpy afterwards.
 
-Outputs of ``stream_bytes`` (``COLLECTIVES_STREAM_BYTES``, 8 MiB by default)
-and more are written with streaming stores (collectives/streaming.py says
-why).  ``COLLECTIVES_KERNELS_ISA=sse2|avx2|avx512`` caps the instruction set,
+Outputs of ``stream_bytes`` and more are written with streaming stores; by
+default that is ``streaming.STREAM_BYTES`` (``COLLECTIVES_STREAM_BYTES``, 8
+MiB; collectives/streaming.py says why).  ``COLLECTIVES_KERNELS_ISA=sse2|avx2|avx512`` caps the instruction set,
 for tests; ``use()`` picks a path at run time.
 """
 from __future__ import annotations
@@ -37,6 +37,8 @@ import os
 from typing import Sequence, Union
 
 import numpy as np
+
+from . import streaming
 
 try:
     from . import _kernels
@@ -71,16 +73,6 @@ DTYPES = tuple(np.dtype(t) for t in (
 DTYPES += (bfloat16,) if bfloat16 is not None else ()
 
 
-def _stream_bytes() -> int:
-    env = os.environ.get("COLLECTIVES_STREAM_BYTES") or str(8 << 20)
-    try:
-        v = int(env)
-    except ValueError:
-        raise ValueError(f"COLLECTIVES_STREAM_BYTES must be a number of bytes, got {env!r}") from None
-    return max(v, 0)
-
-
-STREAM_BYTES = _stream_bytes()
 _numpy = _kernels is None  # True: every call goes to numpy
 
 
@@ -180,15 +172,15 @@ def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], op: Op = "sum", *
     or ``np.add`` ...), in input order, divided by ``divisor`` if given.
     ``out`` may be one of the inputs (``reduce_into(acc, [acc, x], "sum")``);
     any other overlap with an input is a ValueError.  Outputs of
-    ``stream_bytes`` or more (default ``STREAM_BYTES``; 0 never) are
-    streamed.  Returns ``out``."""
+    ``stream_bytes`` or more (default ``streaming.STREAM_BYTES``; 0 never)
+    are streamed.  Returns ``out``."""
     name = _op_name(op)
     _check(out, inputs, name, divisor)
     code = None if _numpy else _CODES.get((out.dtype, name))
     if code is None:
         _numpy_reduce(out, inputs, name, divisor)
         return out
-    limit = STREAM_BYTES if stream_bytes is None else stream_bytes
+    limit = streaming.STREAM_BYTES if stream_bytes is None else stream_bytes
     c_div = divisor if out.dtype.kind != "c" else None
     if out.dtype == bfloat16:  # numpy exports no buffer of ml_dtypes' dtypes
         _kernels.reduce(out.view(np.uint16), [x.view(np.uint16) for x in inputs],

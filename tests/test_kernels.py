@@ -197,6 +197,17 @@ def test_out_may_be_any_input(dt, stream):
             assert_same(acc, reference([data[0, :n], data[1, :n]], "sum"), f"{path} acc += x")
 
 
+@pytest.mark.parametrize("dt", ["float32", "int8", "float16"], ids=str)
+def test_many_inputs(dt):
+    """More inputs than the C side keeps on its stack (8)."""
+    dt = np.dtype(dt)
+    xs = [pool(dt)[j % 9, j:j + 1000] for j in range(17)]
+    want = reference(xs, "sum")
+    for path in PATHS:
+        kernels.use(path)
+        assert_same(kernels.reduce_into(np.empty(1000, dt), xs, "sum"), want, path)
+
+
 def test_partial_overlap_is_refused_on_every_path():
     a = np.arange(2000, dtype=np.float32)
     for path in PATHS:
@@ -208,13 +219,13 @@ def test_partial_overlap_is_refused_on_every_path():
 
 
 def test_streaming_threshold(monkeypatch):
-    """Outputs at or over STREAM_BYTES stream (the default path), smaller
-    ones and stream_bytes=0 do not; all give the same bits."""
+    """Outputs at or over streaming.STREAM_BYTES stream (the default path),
+    smaller ones and a threshold of 0 do not; all give the same bits."""
     dt = np.dtype(np.float32)
     xs = [pool(dt)[j, 5:5 + 70_000] for j in range(3)]
     want = reference(xs, "sum")
     for limit in (1 << 10, 280_000, 280_001, 0):
-        monkeypatch.setattr(kernels, "STREAM_BYTES", limit)
+        monkeypatch.setattr(kernels.streaming, "STREAM_BYTES", limit)
         for path in PATHS:
             kernels.use(path)
             out = np.empty(70_000, dt)[1:]
