@@ -5,8 +5,9 @@
 elementwise, reading each input once and writing ``out`` once, where numpy's
 pairwise ufuncs re-read and re-write ``out`` k-1 times.  The loops are the C
 extension ``collectives._kernels`` (SSE2, AVX2 or AVX-512, chosen at run
-time); numpy is the reference, and the fallback where the extension is not
-built or ``COLLECTIVES_KERNELS=0``.  Both give the same bits:
+time; portable vector code on other processors), which releases the GIL
+while it runs; numpy is the reference, and the fallback where the extension
+is not built or ``COLLECTIVES_KERNELS=0``.  Both give the same bits:
 
 - integers wrap around; float32/float64 are numpy's sequence of binary ops
   bit for bit (never fused or reordered); max/min are ``np.maximum`` /
@@ -28,8 +29,9 @@ divided by numpy afterwards.
 
 Outputs of ``stream_bytes`` and more are written with streaming stores; by
 default that is ``streaming.STREAM_BYTES`` (``COLLECTIVES_STREAM_BYTES``, 8
-MiB; collectives/streaming.py says why).  ``COLLECTIVES_KERNELS_ISA=sse2|avx2|avx512`` caps the instruction set,
-for tests; ``use()`` picks a path at run time.
+MiB; collectives/streaming.py says why).  ``COLLECTIVES_KERNELS_ISA=sse2``
+(``avx2``, ``avx512``) caps the instruction set, for tests; ``use()`` picks
+a path at run time.
 """
 from __future__ import annotations
 
@@ -135,7 +137,8 @@ def _op_name(op: Op) -> str:
     name = getattr(op, "value", op)  # collectives.ops.Op is a str enum
     if isinstance(name, str) and name in _UFUNCS:
         return name
-    raise ValueError(f"reduce_into: op must be one of {list(_UFUNCS)} or their ufuncs, got {op!r}")
+    raise ValueError(f"reduce_into: op must be one of {list(_UFUNCS)} or their ufuncs "
+                     f"(avg is 'sum' with divisor=N), got {op!r}")
 
 
 def _check(out, inputs, op: str, divisor) -> None:
@@ -148,7 +151,7 @@ def _check(out, inputs, op: str, divisor) -> None:
         raise TypeError(f"reduce_into: dtype {dt} is not supported")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("reduce_into: out must be C-contiguous and writeable")
-    if not inputs:
+    if len(inputs) == 0:
         raise ValueError("reduce_into: needs at least one input")
     for j, x in enumerate(inputs):
         if not isinstance(x, np.ndarray):
@@ -168,7 +171,7 @@ def _check(out, inputs, op: str, divisor) -> None:
 def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], op: Op = "sum", *,
                 divisor: float | None = None, stream_bytes: int | None = None) -> np.ndarray:
     """``out`` = the elementwise reduction of ``inputs`` (k >= 1 C-contiguous
-    arrays of out's dtype and size) with ``op`` ("sum", "prod", "max", "min"
+    arrays of out's dtype and size, or a (k, size) array) with ``op`` ("sum", "prod", "max", "min"
     or ``np.add`` ...), in input order, divided by ``divisor`` if given.
     ``out`` may be one of the inputs (``reduce_into(acc, [acc, x], "sum")``);
     any other overlap with an input is a ValueError.  Outputs of

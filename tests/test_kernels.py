@@ -199,13 +199,15 @@ def test_out_may_be_any_input(dt, stream):
 
 @pytest.mark.parametrize("dt", ["float32", "int8", "float16"], ids=str)
 def test_many_inputs(dt):
-    """More inputs than the C side keeps on its stack (8)."""
+    """More inputs than the C side keeps on its stack (8), and inputs as the
+    rows of one array."""
     dt = np.dtype(dt)
     xs = [pool(dt)[j % 9, j:j + 1000] for j in range(17)]
     want = reference(xs, "sum")
     for path in PATHS:
         kernels.use(path)
         assert_same(kernels.reduce_into(np.empty(1000, dt), xs, "sum"), want, path)
+        assert_same(kernels.reduce_into(np.empty(1000, dt), np.array(xs), "sum"), want, path)
 
 
 def test_partial_overlap_is_refused_on_every_path():
