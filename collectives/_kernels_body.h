@@ -26,8 +26,8 @@ typedef VEC(uint16_t, VB / 2) FN(vh16); /* float16 or bfloat16, one per float32 
 #undef VEC
 #define V(t) FN(v##t)
 
-/* Store `bytes` (a vector or half of one) from src to p, streamed when nt;
- * p is then aligned to `bytes`. */
+/* Store `bytes` (a vector, or half of one of at least 16 bytes) from src to
+ * p, streamed when nt; p is then aligned to `bytes`. */
 #define STREAM_IF(width, T, stream)             \
     if (bytes == (width)) {                     \
         T t_;                                   \
@@ -50,9 +50,6 @@ static inline TARGET ALWAYS void FN(put)(char *p, const void *src, size_t bytes,
 #endif
 #if NT_BITS >= 128
     STREAM_IF(16, __m128i, _mm_stream_si128)
-#if defined(__x86_64__)
-    STREAM_IF(8, long long, _mm_stream_si64)
-#endif
 #endif
     memcpy(p, s, bytes);
 }
@@ -68,7 +65,9 @@ static inline TARGET ALWAYS V(f32) FN(f16_widen)(V(u32) h)
 {
     V(u32) em = h & 0x7fffu, bits = em << 13;
     /* exponent and mantissa shifted into place read as a float 2^112 times
-     * too small, subnormals included: one exact multiplication rebiases */
+     * too small, subnormals included: one exact multiplication rebiases
+     * (were the processor told to read subnormal floats as zero, DAZ, the
+     * subnormal float16 would read as zero) */
     V(u32) f = (V(u32))((V(f32))bits * 0x1p112f);
     V(u32) infnan = (V(u32))((V(i32))em >= 0x7c00);
     f = (f & ~infnan) | ((bits + 0x70000000u) & infnan);
