@@ -20,9 +20,10 @@
 #error "collectives._kernels needs GCC or clang (vector extensions); the library falls back to numpy"
 #endif
 
-/* -DCOLLECTIVES_KERNELS_GENERIC builds the portable loops alone, as on a
- * processor that is not x86 (to test them on one that is) */
-#if (defined(__x86_64__) || defined(__i386__)) && !defined(COLLECTIVES_KERNELS_GENERIC)
+/* x86-64, where SSE2 is the baseline, picks among SSE2, AVX2 and AVX-512;
+ * everything else builds the portable loops alone, as -DCOLLECTIVES_KERNELS_GENERIC
+ * does on x86-64 (to test them there) */
+#if defined(__x86_64__) && !defined(COLLECTIVES_KERNELS_GENERIC)
 #define X86 1
 #include <immintrin.h>
 #define SFENCE() _mm_sfence()
@@ -30,7 +31,6 @@
 #define X86 0
 #define SFENCE() ((void)0)
 #endif
-
 
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
@@ -84,7 +84,7 @@ typedef void (*kernel_fn)(char *out, const char *const *in, size_t k, size_t n,
                           const double *div, int nt);
 typedef void (*copy_fn)(char *d, const char *s, size_t n, int nt);
 
-#define HALF_SCALAR 0
+#define HALF_INTEGER 0
 #define HALF_F16C 1
 #define HALF_AVX512 2
 
@@ -98,7 +98,7 @@ struct isa {
 #define SFX sse2
 #define VB 16
 #define TARGET
-#define HALF HALF_SCALAR
+#define HALF HALF_INTEGER
 #define NT_BITS 128
 #include "_kernels_body.h"
 #undef SFX
@@ -152,7 +152,7 @@ static int best_isa(void)
 #define SFX generic
 #define VB 16
 #define TARGET
-#define HALF HALF_SCALAR
+#define HALF HALF_INTEGER
 #define NT_BITS 0
 #include "_kernels_body.h"
 #undef SFX
@@ -310,20 +310,6 @@ static PyObject *isa(PyObject *self, PyObject *noargs)
     return PyUnicode_FromString(ISAS[isa_now].name);
 }
 
-static PyObject *isas(PyObject *self, PyObject *noargs)
-{
-    PyObject *t = PyTuple_New(isa_best + 1);
-    for (int i = 0; t && i <= isa_best; i++) {
-        PyObject *name = PyUnicode_FromString(ISAS[i].name);
-        if (!name) {
-            Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, i, name);
-    }
-    return t;
-}
-
 static PyObject *set_isa(PyObject *self, PyObject *args)
 {
     const char *name;
@@ -334,7 +320,7 @@ static PyObject *set_isa(PyObject *self, PyObject *args)
             isa_now = i;
             Py_RETURN_NONE;
         }
-    return PyErr_Format(PyExc_ValueError, "set_isa: %R is not one of this processor's", args);
+    return PyErr_Format(PyExc_ValueError, "set_isa: '%s' is not one of this processor's", name);
 }
 
 static PyObject *names(const char *const *v, int n)
@@ -349,6 +335,14 @@ static PyObject *names(const char *const *v, int n)
         PyTuple_SET_ITEM(t, i, s);
     }
     return t;
+}
+
+static PyObject *isas(PyObject *self, PyObject *noargs)
+{
+    const char *v[sizeof ISAS / sizeof ISAS[0]];
+    for (int i = 0; i <= isa_best; i++)
+        v[i] = ISAS[i].name;
+    return names(v, isa_best + 1);
 }
 
 static PyMethodDef methods[] = {

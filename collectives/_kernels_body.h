@@ -3,7 +3,7 @@
  *   SFX     the suffix of every name defined here (sse2, avx2, avx512, generic)
  *   TARGET  the function attribute that compiles for it (empty for the baseline)
  *   VB      its vector register's width in bytes: 16, 32 or 64
- *   HALF    how float16 converts: HALF_SCALAR, HALF_F16C or HALF_AVX512
+ *   HALF    how float16 converts: HALF_INTEGER, HALF_F16C or HALF_AVX512
  *   NT_BITS the widest streaming store: 0 (none), 128, 256 or 512
  * Everything computes on GCC vectors of one register (vf32, vi8, ...), the
  * same source for every instruction set.  (Vectors wider than the register
@@ -22,7 +22,7 @@ typedef VEC(int32_t, VB) FN(vi32);
 typedef VEC(uint32_t, VB) FN(vu32);
 typedef VEC(int64_t, VB) FN(vi64);
 typedef VEC(uint64_t, VB) FN(vu64);
-typedef VEC(uint16_t, VB / 2) FN(vh16); /* float16 or bfloat16, one per float32 lane */
+typedef VEC(uint16_t, VB / 2) FN(vh16); /* float16, one per float32 lane (F16C) */
 #undef VEC
 #define V(t) FN(v##t)
 
@@ -59,7 +59,7 @@ static inline TARGET ALWAYS void FN(put)(char *p, const void *src, size_t bytes,
  * processor converts; the baseline converts with integer arithmetic on the
  * even and odd halves of 32-bit words, as bfloat16 does below.  A NaN stays a
  * NaN, quieted, with the top of its payload, as F16C converts it. */
-#if HALF == HALF_SCALAR
+#if HALF == HALF_INTEGER
 /* h: float16 bits in the low half of each lane */
 static inline TARGET ALWAYS V(f32) FN(f16_widen)(V(u32) h)
 {
@@ -147,7 +147,7 @@ static inline TARGET ALWAYS V(u32) FN(bf16_round)(V(f32) x)
 #define LOAD_BF16(x, p) FN(bf16_load)((x), (p))
 #define STORE_BF16(p, x, nt) ({ V(u32) w_ = FN(bf16_round)((x)[0]) | (FN(bf16_round)((x)[1]) << 16); \
                                 FN(put)((p), &w_, VB, (nt)); })
-#if HALF == HALF_SCALAR
+#if HALF == HALF_INTEGER
 #define UNIT_F16 VB
 #define VECS_F16 2
 #define LOAD_F16(x, p) ({ V(u32) w_; memcpy(&w_, (p), VB);                           \
