@@ -8,7 +8,7 @@ MPIEXEC := $(VENV)/bin/mpiexec
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py collectives/_ntcopy.c
+$(VENV)/.installed: pyproject.toml setup.py collectives/_ntcopy.c collectives/_kernels.c collectives/_kernels_body.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -32,4 +32,4 @@ soak: venv
 	$(MPIEXEC) -n 4 $(PY) tests/soak.py --calls 10000
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache build collectives/_ntcopy*.so
+	rm -rf $(VENV) *.egg-info .pytest_cache build collectives/_ntcopy*.so collectives/_kernels*.so
