@@ -129,6 +129,9 @@ class ndarray:
     def get(self):
         return self._a.copy()
 
+    def set(self, arr):  # host to device, as cupy.ndarray.set
+        self._a[...] = np.asarray(arr).reshape(self._a.shape)
+
     def __array_function__(self, func, types, args, kwargs):
         return _wrap(func(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
 
