@@ -75,3 +75,34 @@ def test_the_rules_of_the_matrix():
     assert not wrong("gather linear one odd=1", [["raised", "CollectiveError", 0.1],
                                                  ["returned", True]])
     assert wrong("all_to_all direct many odd=1", [["returned", False], ["raised", "X", 0]])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("n", [3, 5])
+def test_every_rank_learns_of_a_failure_fast(n, transport):
+    """With a 30 s timeout, every rank raises within 1.5 s of its call, naming
+    the rank that detected the error, and nothing else breaks."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.json")
+        p = run_mpi(n, ["tests/fastfail_check.py", transport, out], timeout=120,
+                    COLLECTIVES_TIMEOUT="30")
+        assert p.returncode == 0 and os.path.exists(out), p.stdout[-2000:] + p.stderr[-3000:]
+        with open(out) as f:
+            res = json.load(f)
+    assert res["after"] == [True] * n, "a later call or another communicator broke"
+    for case, recs in res["cases"].items():
+        for r, rec in enumerate(recs):
+            where = f"{case}, rank {r}: {rec}"
+            assert rec["seconds"] < 1.5, where
+            if case == "local error" and r == 1:
+                assert rec["error"] == "InjectedError", where
+                continue
+            assert rec["error"] == "CollectiveError", where
+            msg = rec["message"]
+            if "detected an error" not in msg:  # this rank found it itself
+                assert case.startswith("mismatch") and "mismatched collectives" in msg, where
+                continue
+            told = int(msg.split("rank ", 1)[1].split()[0])
+            assert f"rank {told} detected an error in all_reduce #2: " in msg, where
+            assert "detected an error" not in recs[told].get("message", ""), \
+                f"{where}: rank {told} did not detect it itself"
