@@ -23,30 +23,13 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import collectives as cc  # noqa: E402
+from faults import inject  # noqa: E402  (rank 1's transport raises on its n-th message)
 
 COUNT = 100_000
 CASES = ("mismatch", "mismatch ring", "local error")
-
-
-class InjectedError(RuntimeError):
-    pass
-
-
-def break_transport(comm, after: int) -> None:
-    """Make ``comm``'s collective endpoint raise on its ``after``-th message
-    or exchange."""
-    ep, seen = comm._t.coll, [0]
-    for name in ("isend", "irecv", "irecv_reduce", "exchange"):
-        real = getattr(ep, name)
-
-        def fail(*a, _real=real, **k):
-            seen[0] += 1
-            if seen[0] >= after:
-                raise InjectedError(f"injected at message {seen[0]}")
-            return _real(*a, **k)
-        setattr(ep, name, fail)
 
 
 def one_case(world, case: str) -> dict:
@@ -55,7 +38,7 @@ def one_case(world, case: str) -> dict:
     odd = comm.rank == 1
     x = np.ones(COUNT + (odd and case != "local error"), np.float32)
     if odd and case == "local error":
-        break_transport(comm, 2)
+        inject(comm, 2)
     t0 = time.monotonic()
     try:
         comm.all_reduce(x, algorithm="ring" if case == "mismatch ring" else None)

@@ -95,7 +95,7 @@ def test_every_rank_learns_of_a_failure_fast(n, transport):
             where = f"{case}, rank {r}: {rec}"
             assert rec["seconds"] < 1.5, where
             if case == "local error" and r == 1:
-                assert rec["error"] == "InjectedError", where
+                assert rec["error"] == "InjectedFault", where
                 continue
             assert rec["error"] == "CollectiveError", where
             msg = rec["message"]

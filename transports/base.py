@@ -52,6 +52,11 @@ Reducer = Callable[..., np.ndarray]  # a binary numpy ufunc used as op(acc, x, o
 TAG_UB = 32767
 
 
+# The key of debug mode's signature exchange, the same on every rank: sizes
+# are compared by the signatures then, and probes for mismatched sizes wait.
+UNCHECKED = -1
+
+
 def env_int(name: str, default: int) -> int:
     """The integer in environment variable ``name``; ``default`` if unset or empty."""
     v = os.environ.get(name)
@@ -81,7 +86,8 @@ class Endpoint:
     tag: int = 0  # the tag of the collective in progress (coll endpoint)
     # the collective's call size (coll endpoint): the bytes that every rank's
     # call moves alike (x.nbytes for most calls), carried by each message
-    # and exchange so that a receiver tells a mismatched call from its own
+    # and exchange so that a receiver tells a mismatched call from its own;
+    # UNCHECKED while the ranks compare debug mode's signatures
     key: int = 0
     # the largest contribution exchange() moves through shared memory in one
     # copy (0: exchange() is point-to-point messages)

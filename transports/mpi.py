@@ -28,7 +28,8 @@ from typing import Iterable
 import numpy as np
 from mpi4py import MPI
 
-from .base import TAG_UB, Deadline, Endpoint, Reducer, Request, Transport, as_bytes
+from .base import (TAG_UB, UNCHECKED, Deadline, Endpoint, Reducer, Request, Transport,
+                   as_bytes)
 from .errors import CollectiveError, PeerFailure, mismatched, peer_notice
 
 # a wait polls this many times, yielding the core, then naps between polls,
@@ -52,14 +53,37 @@ def key_modulus(tag_ub: int) -> int:
     return 0
 
 
-def _drain(comm) -> None:
+_ABANDONED: list = []  # receives that _drain gave up on, with the buffers MPI may still fill
+
+
+def _drain(comm, patience: float = 0.2) -> None:
     """Receive and drop what is pending on ``comm`` before it is freed: MPICH
-    reuses a freed communicator's context, and a message left over would
-    match a receive of the next communicator that gets it."""
-    st = MPI.Status()
+    reuses a freed communicator's context, and a message left over (by a
+    failed call) would match a receive of the next communicator that gets
+    it.  A message that does not come in within ``patience`` seconds (its
+    sender died halfway) is left to MPI."""
+    st, end = MPI.Status(), time.monotonic() + patience
     while comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
         buf = np.empty(st.Get_count(MPI.BYTE), np.uint8)
-        comm.Recv([buf, MPI.BYTE], st.Get_source(), st.Get_tag())
+        req = comm.Irecv([buf, MPI.BYTE], st.Get_source(), st.Get_tag())
+        while not req.Test():
+            if time.monotonic() > end:
+                _ABANDONED.append((req, buf))
+                return
+            time.sleep(1e-4)
+
+
+def _free(comm, lock):
+    """Drain and free ``comm`` (collective in MPI: every rank closes); returns
+    COMM_NULL, what the owner keeps instead."""
+    if comm != MPI.COMM_NULL:
+        try:
+            with lock:
+                _drain(comm)
+                comm.Free()
+        except MPI.Exception:
+            pass
+    return MPI.COMM_NULL
 
 
 class MpiTransport(Transport):
@@ -68,10 +92,10 @@ class MpiTransport(Transport):
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
         self.lock = _MPI_LOCK
-        modulus = key_modulus(mpicomm.Get_attr(MPI.TAG_UB) or TAG_UB)
-        self.coll = MpiEndpoint(self, mpicomm.Dup(), "collective", modulus)
+        tag_ub = mpicomm.Get_attr(MPI.TAG_UB) or TAG_UB
+        self.coll = MpiEndpoint(self, mpicomm.Dup(), "collective", key_modulus(tag_ub))
         self.p2p = MpiEndpoint(self, mpicomm.Dup(), "send/recv")
-        self.notices = Notices(self, mpicomm)
+        self.notices = Notices(self, mpicomm, tag_ub)
 
     def notify(self, seq: int, text: str) -> None:
         self.notices.send(seq, text)
@@ -90,9 +114,9 @@ class Notices:
     communicator, so that a notice left over from a freed communicator
     (whose MPI context a later one may reuse) is never received."""
 
-    def __init__(self, t: MpiTransport, mpicomm):
+    def __init__(self, t: MpiTransport, mpicomm, tag_ub: int):
         self.t = t
-        tag = np.array([int.from_bytes(os.urandom(4), "little") % (TAG_UB + 1)], np.int64)
+        tag = np.array([int.from_bytes(os.urandom(4), "little") % (tag_ub + 1)], np.int64)
         mpicomm.Bcast(tag, root=0)
         self.tag = int(tag[0])
         self.comm = mpicomm.Dup()
@@ -128,11 +152,7 @@ class Notices:
                 raise peer_notice(p, text)
 
     def free(self) -> None:
-        if self.comm != MPI.COMM_NULL:
-            with self.t.lock:
-                _drain(self.comm)
-                self.comm.Free()
-            self.comm = MPI.COMM_NULL
+        self.comm = _free(self.comm, self.t.lock)
 
 
 class _Req(Request):
@@ -188,14 +208,7 @@ class MpiEndpoint(Endpoint):
         self._pool: list[np.ndarray] = []  # receive-and-reduce buffers to reuse
 
     def free(self) -> None:
-        if self.comm != MPI.COMM_NULL:  # collective in MPI: every rank closes
-            try:
-                with self.t.lock:
-                    _drain(self.comm)
-                    self.comm.Free()
-            except MPI.Exception:
-                pass
-            self.comm = MPI.COMM_NULL
+        self.comm = _free(self.comm, self.t.lock)
 
     def _tag(self, tag):
         if tag is not None:
@@ -281,7 +294,7 @@ class MpiEndpoint(Endpoint):
         """A collective's look at its peers: their notices, then their
         messages of this call with another call size."""
         self.t.notices.check(self.tag)
-        if self.modulus:
+        if self.modulus and self.key != UNCHECKED:
             self._probe()
 
     def _probe(self) -> None:

@@ -134,11 +134,13 @@ class ShmTransport(Transport):
         for p in self.others:
             self.ring(p)
 
-    def watch(self, seq: int, key: int) -> None:
-        """Raise what a peer's rank block says about collective ``seq`` of call
-        size ``key``: its note, where it gave up this call or an earlier one;
-        ``mismatched``, where it has entered this call with another size."""
+    def watch(self, seq: int) -> None:
+        """Raise what a peer's rank block says about collective ``seq``: its
+        note, where it gave up this call or an earlier one; ``mismatched``,
+        where it has entered this call with another call size than this
+        rank's (as published: debug mode publishes UNCHECKED everywhere)."""
         q = self.q64
+        key = q[self.board[self.rank][1]]
         for p in self.others:
             f = q[self.failed[p]]
             if 0 < f <= seq:

@@ -356,7 +356,7 @@ class ShmEndpoint(Endpoint):
 
     def _watch(self) -> None:
         """A collective's look at its peers' rank blocks (``ShmTransport.watch``)."""
-        self.t.watch(self.tag, self.key)
+        self.t.watch(self.tag)
 
     def _waited_peers(self, pending) -> list[int]:
         if self.strict:
