@@ -5,9 +5,10 @@ A message is cut into chunks of at most ``slot_bytes``; ``_push`` copies the
 next chunk into the slot at ``head`` and publishes it by bumping ``head``,
 ``_pull`` checks the slot's header, copies or reduces the chunk out and
 frees the slot by bumping ``tail``.  The ``coll`` endpoint matches a
-message to the oldest posted receive from its sender (strict FIFO); ``p2p``
-matches by tag, and keeps a message that arrives before its receive as
-unexpected.  Progress happens in ``waitall``/``test`` (and a little when a
+message to the oldest posted receive from its sender (strict FIFO), and
+checks that it belongs to the same collective (tag) of the same call size
+(key) before a byte of it is used; ``p2p`` matches by tag, and keeps a
+message that arrives before its receive as unexpected.  Progress happens in ``waitall``/``test`` (and a little when a
 request is posted), under the endpoint's lock; between fruitless passes a
 rank watches, then sleeps on, its doorbell.
 
