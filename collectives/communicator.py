@@ -6,12 +6,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from transports import CollectiveError, KINDS, Transport, open_transport
-from transports.base import broken_error
+from transports import (CollectiveError, CollectiveTimeout, KINDS, PeerFailure, Transport,
+                        open_transport)
+from transports.base import UNCHECKED, broken_error
 
+from . import arguments as args
 from . import debug, runtime
 from . import validate as v
-from .arrays import empty
 from .debug import CollectiveMismatch
 from .families import FAMILIES, offered
 from .ops import UFUNCS, Op, quietly, resolve
@@ -86,6 +87,7 @@ class Communicator:
         # (op, dtype) -> (ufunc, avg, ieee) for the pairs all_reduce has checked
         self._small_ok: dict = {}
         self._seq = 0
+        self._where = (self.rank, self.size, self._device)  # what arguments.py checks against
         self._exec = Executor(f"{transport.name}-{self.rank}")
         self._broken: BaseException | None = None
         self._p2p = PointToPoint(transport.p2p, self.rank, self.size, self._device)
@@ -154,7 +156,8 @@ class Communicator:
         mine = None
         if self._debug:  # what every rank must agree on (collectives/debug.py)
             mine = debug.signature(call, seq, *sig)
-        return self._exec.submit(lambda: self._execute(call, seq, body, ieee, mine), call,
+        key = sig[0] * sig[1].itemsize if sig[1] is not None else 0  # the call size
+        return self._exec.submit(lambda: self._execute(call, seq, body, ieee, mine, key), call,
                                  bool(async_op))
 
     def _move(self, call: str, alg: Callable, args: tuple, result, async_op: bool,
@@ -168,35 +171,38 @@ class Communicator:
         return self._run(call, body, async_op, sig, like is not None and self._on_device(like))
 
     def _execute(self, call: str, seq: int, body: Callable[[Any], Any], ieee: bool,
-                 mine=None):
+                 mine=None, key: int = 0):
         """Run collective ``seq``'s ``body(endpoint)`` now (in order: the caller
-        is the executor, or nothing is queued)."""
+        is the executor, or nothing is queued).  ``key``: its call size, the
+        bytes that every rank's call moves alike (x.nbytes for most calls):
+        the transport carries it on every message and exchange, so that a
+        rank whose call differs is caught without debug mode."""
         if self._broken is not None:
             raise broken_error(self._broken)
         ep = self._t.coll
-        ep.tag = seq
+        # debug mode compares sizes in its signatures first (UNCHECKED meanwhile)
+        ep.tag, ep.key = seq, key if mine is None else UNCHECKED
         ep.what = call  # named in stall reports and timeout errors
-        self._t.set_arrived(seq)
+        self._t.set_arrived(seq, ep.key)
         try:
             if mine is not None:
                 debug.check(ep.exchange(mine))
+            ep.key = key
             return quietly(body, ep) if ieee else body(ep)
-        except CollectiveError as e:
+        except CollectiveMismatch as e:
+            # found on every rank before any payload moves: the ranks are
+            # still in step, and the communicator stays usable
             e.call = e.call or call
-            # a mismatch is found on every rank before any payload moves: the
-            # ranks are still in step, and the communicator stays usable
-            if not isinstance(e, CollectiveMismatch):
-                self._broken = e
             raise
-
-    def _result(self, c: str, x: np.ndarray, out, shape: tuple, what: str,
-                in_place_ok: bool) -> tuple[np.ndarray, bool]:
-        """The array the result goes into: a new one, or the caller's checked
-        ``out``; and whether that is ``x`` itself (in place)."""
-        if out is None:
-            return empty(shape, x), False
-        v.out(c, out, shape, x, what, self._device)
-        return out, v.no_overlap(c, x, out, in_place_ok)
+        except BaseException as e:
+            if isinstance(e, CollectiveError):
+                e.call = e.call or call
+            self._broken = e
+            if _news(e):  # the other ranks would wait for this one until their timeout
+                what = e.detail if isinstance(e, CollectiveError) else f"{type(e).__name__}: {e}"
+                self._t.notify(seq, f"rank {self.rank} detected an error in {call} #{seq}: "
+                                    f"{what}")
+            raise
 
     def _avg(self, op: Op, arr: np.ndarray) -> None:
         if op is Op.AVG and arr.size:
@@ -218,37 +224,22 @@ class Communicator:
 
     def scatter(self, x, out: np.ndarray, root: int = 0, *, algorithm: str | None = None,
                 async_op: bool = False):
-        """``out`` on rank i = root's ``x[i]``; ``x`` (shape (size, *out.shape)) on root only."""
+        """``out`` on rank i = root's ``x[i]``; ``x`` (shape (size, *out.shape)) on root
+        only, where ``out`` may be ``x[root]`` (in place)."""
         c = "scatter"
         self._open(c)
-        v.array(c, "out", out, writable=True, device=self._device)
-        root = v.rank(c, "root", root, self.size)
-        xf = None
-        if self.rank == root:
-            v.array(c, "x", x, device=self._device)
-            v.same_kind(c, x, out)
-            if x.shape != (self.size, *out.shape) or x.dtype != out.dtype:
-                raise ValueError(f"scatter: x on root has shape {x.shape} and dtype {x.dtype}, "
-                                 f"expected {(self.size, *out.shape)} and {out.dtype} "
-                                 "(size blocks shaped like out)")
-            v.no_overlap(c, x, out, in_place_ok=False)
-            xf = x.reshape(-1)
+        root, xf = args.scatter(x, out, root, *self._where)
         name, alg = self._pick(c, algorithm, out.nbytes)
         return self._move(c, alg, (xf, out.reshape(-1), root), out, async_op,
                           (out.size, out.dtype, None, root, name), out)
 
     def gather(self, x: np.ndarray, out: np.ndarray | None = None, root: int = 0, *,
                algorithm: str | None = None, async_op: bool = False):
-        """On root, ``out[i]`` = rank i's ``x`` (shape (size, *x.shape)); None elsewhere."""
+        """On root, ``out[i]`` = rank i's ``x`` (shape (size, *x.shape)), where ``x`` may
+        be ``out[root]`` (in place); None elsewhere."""
         c = "gather"
         self._open(c)
-        v.array(c, "x", x, device=self._device)
-        root = v.rank(c, "root", root, self.size)
-        shape = (self.size, *x.shape)
-        if self.rank == root:
-            out, _ = self._result(c, x, out, shape, "(size, *x.shape)", in_place_ok=False)
-        else:
-            out = None
+        root, out = args.gather(x, out, root, *self._where)
         name, alg = self._pick(c, algorithm, x.nbytes)
         of = None if out is None else out.reshape(-1)
         return self._move(c, alg, (x.reshape(-1), of, root), out, async_op,
@@ -264,7 +255,7 @@ class Communicator:
         root = v.rank(c, "root", root, self.size)
         in_place = False
         if self.rank == root:
-            out, in_place = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
+            out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         else:
             out = None
         name, alg = self._pick(c, algorithm, x.nbytes)
@@ -286,11 +277,7 @@ class Communicator:
         c = "all_gather"
         self._open(c)
         v.array(c, "x", x, device=self._device)
-        if out is None:
-            out = empty((self.size, *x.shape), x)
-        else:  # x may be out[rank] (in place)
-            v.out(c, out, (self.size, *x.shape), x, "(size, *x.shape)", self._device)
-            v.block_in_place(c, out, x, self.rank)
+        out = args.rows(c, x, out, *self._where)  # x may be out[rank] (in place)
         name, alg = self._pick(c, algorithm, x.nbytes)
         return self._move(c, alg, (x.reshape(-1), out.reshape(-1)), out, async_op,
                           (x.size, x.dtype, None, None, name), x)
@@ -303,11 +290,7 @@ class Communicator:
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
-        if out is None:
-            out = empty(x.shape[1:], x)
-        else:  # out may be x[rank] (in place)
-            v.out(c, out, x.shape[1:], x, "x.shape[1:]", self._device)
-            v.block_in_place(c, x, out, self.rank)
+        out = args.reduce_scatter_out(x, out, *self._where)  # out may be x[rank] (in place)
         name, alg = self._pick(c, algorithm, x.nbytes)
         xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
 
@@ -325,7 +308,7 @@ class Communicator:
         self._open(c)
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
-        out, _ = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
+        out, _ = args.result(c, x, out, x.shape, "the shape of x", self._device)
         name, alg = self._pick(c, algorithm, x.nbytes)
         return self._move(c, alg, (x.reshape(-1), out.reshape(-1)), out, async_op,
                           (x.size, x.dtype, None, None, name), x)
@@ -348,11 +331,12 @@ class Communicator:
                     out = np.empty(x.shape, x.dtype)
                 self._seq += 1
                 uf, avg, ieee = ok
-                return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee)
+                return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee,
+                                     key=x.nbytes)
         self._open(c)
         v.array(c, "x", x, device=self._device)
         o = resolve(op, x.dtype)
-        out, in_place = self._result(c, x, out, x.shape, "the shape of x", in_place_ok=True)
+        out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         nb = x.nbytes
         if self._small and isinstance(x, np.ndarray):
             self._small_ok[op, x.dtype] = (UFUNCS[o], o is Op.AVG, x.dtype.kind in "fc")
@@ -444,6 +428,14 @@ class Communicator:
 
 def _nothing(*args) -> None:
     """The algorithm of a collective whose payload is empty."""
+
+
+def _news(e: BaseException) -> bool:
+    """Whether the other ranks of a call learn of error ``e`` only if this rank
+    tells them: not a timeout or a dead peer, which each waiting rank finds
+    for itself, nor what a peer told this rank."""
+    return not isinstance(e, (CollectiveTimeout, PeerFailure, CollectiveMismatch)) and \
+        not getattr(e, "relayed", False)
 
 
 __all__ = ["init", "Communicator", "Traffic"]

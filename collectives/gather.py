@@ -4,6 +4,9 @@ Bytes on the wire, S = one block (docs/algorithms.md):
   linear    root receives (scatter: sends) (N-1) * S, one message per rank
   binomial  the same total at root in ceil(log2 N) messages; an inner
             rank forwards its subtree's blocks
+
+In place at the root (gather: ``x`` is root's block of ``out``; scatter:
+``out`` is root's block of ``x``), root's own block is not copied.
 """
 from __future__ import annotations
 
@@ -11,13 +14,18 @@ import numpy as np
 
 from transports import Endpoint
 
-from .arrays import empty
+from .arrays import address, empty
 from .ranks import absolute, rel
 
 
 def _subtree(vr: int, n: int) -> int:
     """Blocks in the binomial subtree rooted at relative rank vr."""
     return n if vr == 0 else min(vr & -vr, n - vr)
+
+
+def _is_block(whole, i: int, part) -> bool:
+    """Whether ``part`` is block ``i`` of ``whole`` (in place at the root)."""
+    return whole is not None and address(whole) + i * part.nbytes == address(part)
 
 
 def _rotate(out: np.ndarray, tmp: np.ndarray, root: int, m: int, n: int,
@@ -37,7 +45,8 @@ def gather_linear(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     if ep.rank != root:
         ep.send(x, root)
         return
-    np.copyto(out[root * m:(root + 1) * m], x)
+    if not _is_block(out, root, x):
+        np.copyto(out[root * m:(root + 1) * m], x)
     ep.waitall([ep.irecv(out[s * m:(s + 1) * m], s) for s in range(n) if s != root])
 
 
@@ -48,7 +57,8 @@ def gather_binomial(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
         ep.send(x, absolute(vr - 1, root, n))
         return
     tmp = out if (vr == 0 and root == 0) else empty(_subtree(vr, n) * m, x)
-    np.copyto(tmp[:m], x)
+    if tmp is not out or not _is_block(out, 0, x):
+        np.copyto(tmp[:m], x)
     mask = 1
     while mask < n:
         if vr & mask:
@@ -69,7 +79,8 @@ def scatter_linear(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
         ep.recv(out, root)
         return
     reqs = [ep.isend(x[d * m:(d + 1) * m], d) for d in range(n) if d != root]
-    np.copyto(out, x[root * m:(root + 1) * m])
+    if not _is_block(x, root, out):
+        np.copyto(out, x[root * m:(root + 1) * m])
     ep.waitall(reqs)
 
 
@@ -99,7 +110,7 @@ def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
             reqs.append(ep.isend(tmp[mask * m:(mask + c) * m], absolute(child, root, n)))
         mask >>= 1
     ep.waitall(reqs)
-    if tmp is not out:
+    if tmp is not out and not _is_block(x, root, out):
         np.copyto(out, tmp[:m])
 
 

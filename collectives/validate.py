@@ -75,22 +75,20 @@ def _kind(a) -> str:
     return "numpy.ndarray" if isinstance(a, np.ndarray) else f"{type(a).__module__}.ndarray"
 
 
-def no_overlap(call: str, x: np.ndarray, o: np.ndarray, in_place_ok: bool) -> bool:
+def no_overlap(call: str, x: np.ndarray, o: np.ndarray) -> bool:
     """True for in place (``out`` is ``x`` or a view of exactly its bytes);
     ValueError for any other overlap of ``out`` and ``x``."""
     if o is not x and not np.may_share_memory(x, o):
         return False
-    same = o is x or (o.nbytes == x.nbytes and address(o) == address(x))
-    if not same:
+    if not (o is x or (o.nbytes == x.nbytes and address(o) == address(x))):
         raise ValueError(f"{call}: out overlaps x; pass out=x for in place or a separate array")
-    if not in_place_ok:
-        raise ValueError(f"{call}: out cannot be x for this call")
     return True
 
 
 def block_in_place(call: str, whole: np.ndarray, part: np.ndarray, rank: int) -> None:
     """Allow ``part`` to overlap ``whole`` only as exactly block ``rank`` of it
-    (MPI_IN_PLACE for all_gather and reduce_scatter); ValueError otherwise."""
+    (MPI_IN_PLACE for all_gather, reduce_scatter, and gather and scatter at
+    their root); ValueError otherwise."""
     if not np.may_share_memory(whole, part):
         return
     base = address(whole) + rank * part.nbytes

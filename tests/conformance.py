@@ -169,9 +169,9 @@ SPECS = {
                        lambda n: [("float32", None, (BIG // n + 1,), None)]),
     "all_to_all": Spec(MODES, False, False, True, lambda n: (n, 3), ("complex64", "int8"),
                        lambda n: [("float32", None, (n, BIG // n + 1), None)]),
-    "gather": Spec(("new", "out"), False, True, False, lambda n: (3,), ("float32", "uint64"),
+    "gather": Spec(MODES, False, True, False, lambda n: (3,), ("float32", "uint64"),
                    lambda n: [("float32", None, (BIG // n + 1,), n // 2)]),
-    "scatter": Spec(("out",), False, True, False, lambda n: (3,), ("float16", "int64"),
+    "scatter": Spec(("inplace", "out"), False, True, False, lambda n: (3,), ("float16", "int64"),
                     lambda n: [("float32", None, (BIG // n + 1,), n // 2)]),
 }
 
@@ -329,7 +329,10 @@ def run_gather(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
     x = mk(c.dtype, c.shape, r, seed)
     x0, want = x.copy(), kept(stacked, n, c.dtype, c.shape, seed)
-    o = out_for(want) if c.mode == "out" and r == c.root else None
+    o = out_for(want) if c.mode != "new" and r == c.root else None
+    if o is not None and c.mode == "inplace":  # root's x is its block of out
+        o[r] = x
+        x = o[r]
     got = comm.gather(x, out=o, root=c.root, algorithm=alg)
     unchanged(x, x0)
     returned(got, o, want, r == c.root)
@@ -339,7 +342,8 @@ def run_scatter(comm, alg, c: Case, seed: int) -> None:
     r = comm.rank
     full = kept(stacked, comm.size, c.dtype, c.shape, seed)
     x = dev(full.copy()) if r == c.root else None
-    o = out_for(full[r])
+    # in place, root's out is its block of x (which then holds root's block)
+    o = x[r] if x is not None and c.mode == "inplace" else out_for(full[r])
     got = comm.scatter(x, o, root=c.root, algorithm=alg)
     if x is not None:
         unchanged(x, dev(full))

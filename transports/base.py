@@ -52,6 +52,11 @@ Reducer = Callable[..., np.ndarray]  # a binary numpy ufunc used as op(acc, x, o
 TAG_UB = 32767
 
 
+# The key of debug mode's signature exchange, the same on every rank: sizes
+# are compared by the signatures then, and probes for mismatched sizes wait.
+UNCHECKED = -1
+
+
 def env_int(name: str, default: int) -> int:
     """The integer in environment variable ``name``; ``default`` if unset or empty."""
     v = os.environ.get(name)
@@ -79,6 +84,11 @@ class Endpoint:
     rank: int
     size: int
     tag: int = 0  # the tag of the collective in progress (coll endpoint)
+    # the collective's call size (coll endpoint): the bytes that every rank's
+    # call moves alike (x.nbytes for most calls), carried by each message
+    # and exchange so that a receiver tells a mismatched call from its own;
+    # UNCHECKED while the ranks compare debug mode's signatures
+    key: int = 0
     # the largest contribution exchange() moves through shared memory in one
     # copy (0: exchange() is point-to-point messages)
     xchg_bytes: int = 0
@@ -189,8 +199,14 @@ class Transport:
     def recv_bytes(self) -> int:
         return self.coll.recv_bytes + self.p2p.recv_bytes
 
-    def set_arrived(self, seq: int) -> None:
-        """Note that this rank entered collective ``seq`` (for timeout reports)."""
+    def set_arrived(self, seq: int, key: int = 0) -> None:
+        """Note that this rank entered collective ``seq`` of call size ``key``
+        (for timeout reports, and for peers to compare sizes)."""
+
+    def notify(self, seq: int, text: str) -> None:
+        """Tell every peer that this rank gave up collective ``seq`` on an
+        error it detected (``text``: what the peers raise, as ``peer_notice``).
+        Only on the failure path: it never waits and never raises."""
 
     def close(self) -> None:
         pass
@@ -244,8 +260,12 @@ class Deadline:
         return self.expires - time.monotonic()
 
     def check(self, liveness: Liveness, peers: Callable[[], Iterable[int]],
-              missing: Callable[[], list[int]], what: str) -> None:
-        """Raise PeerFailure for a dead peer or CollectiveTimeout once expired."""
+              missing: Callable[[], list[int]], what: str,
+              watch: Callable[[], None] | None = None) -> None:
+        """Raise PeerFailure for a dead peer or CollectiveTimeout once expired.
+        ``watch()``: the endpoint's own look at its peers (a notice of an
+        error, a mismatched call), which raises what it finds; run here so
+        that it costs nothing while messages move."""
         now = time.monotonic()
         if now < self.next_check and now < self.expires:
             return
@@ -253,6 +273,8 @@ class Deadline:
         dead = liveness.dead(peers())
         if dead:
             raise PeerFailure(f"rank(s) {dead} died during {what}", ranks=dead)
+        if watch is not None:
+            watch()
         if not self.warned and now - self.started >= STALL_WARN:
             self.warned = True  # once per wait
             who = "this rank" if self.rank is None else f"rank {self.rank}"

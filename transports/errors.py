@@ -1,4 +1,10 @@
-"""Errors raised while bytes move.  Re-exported by ``collectives``."""
+"""Errors raised while bytes move.  Re-exported by ``collectives``.
+
+Two kinds of ``CollectiveError`` have one wording on every transport, so
+they are built here: ``mismatched`` (ranks whose calls move different
+numbers of bytes) and ``peer_notice`` (another rank of the call detected an
+error and said so).
+"""
 from __future__ import annotations
 
 
@@ -6,8 +12,12 @@ class CollectiveError(RuntimeError):
     """A collective or point-to-point call could not complete.
 
     ``call`` names the call ("all_reduce", "recv", ...) once the
-    communicator knows it; ``ranks`` lists the ranks concerned.
+    communicator knows it; ``ranks`` lists the ranks concerned.  ``relayed``
+    is true for an error that another rank detected and told this one about
+    (``peer_notice``): this rank does not pass it on.
     """
+
+    relayed = False
 
     def __init__(self, message: str, *, call: str | None = None,
                  ranks: list[int] | tuple[int, ...] = ()):
@@ -26,3 +36,20 @@ class CollectiveTimeout(CollectiveError, TimeoutError):
 
 class PeerFailure(CollectiveError):
     """A peer process died (or its endpoint broke) while we depended on it."""
+
+
+def mismatched(peer: int, seq: int, theirs: int | None, rank: int, mine: int) -> CollectiveError:
+    """Rank ``peer``'s collective #seq moves ``theirs`` bytes (None: a number
+    that differs, known only by its hash) where this rank's moves ``mine``."""
+    moves = "a different number of bytes" if theirs is None else f"{theirs} bytes"
+    return CollectiveError(f"mismatched collectives: rank {peer}'s call #{seq} moves {moves} "
+                           f"where rank {rank}'s moves {mine} (shapes, dtypes or counts "
+                           "differ between ranks)", ranks=[peer])
+
+
+def peer_notice(peer: int, text: str) -> CollectiveError:
+    """The error of a rank that rank ``peer`` told (``text``: its words, "rank p
+    detected an error in <call> #k: ...")."""
+    e = CollectiveError(text, ranks=[peer])
+    e.relayed = True
+    return e

@@ -1,12 +1,22 @@
 """MPI point-to-point transport (mpi4py, buffer-based; data is never pickled).
 
 Each endpoint owns a duplicate of the communicator's MPI communicator, so
-collectives and the user's messages never match each other's receives.
+collectives and the user's messages never match each other's receives; a
+third duplicate carries the notices of the failure path (``Notices``).
 Waits poll ``Test`` on each pending request, yielding the core between polls
-and backing off to short sleeps when nothing moves, so that a deadline and
-the liveness of local peers can be checked.  One lock per process
-serialises the MPI calls of the collective workers and the caller's thread,
-so a library that grants less than MPI_THREAD_MULTIPLE is safe too.
+and backing off to short sleeps when nothing moves, so that a deadline, the
+liveness of local peers and the peers' notices can be checked.  One lock per
+process serialises the MPI calls of the collective workers and the caller's
+thread, so a library that grants less than MPI_THREAD_MULTIPLE is safe too.
+
+A collective's MPI tag is its sequence number modulo 2**15 (``SEQ_BITS``)
+and, above it where the MPI's ``TAG_UB`` leaves room, its call size modulo
+a prime (``key_modulus``: 16381 under MPICH's 2**29 - 1): a rank whose call
+moves a different number of bytes sends messages that no receive of its
+peers matches, and the peers find them by probing (``MpiEndpoint._probe``).
+Sizes that differ by a multiple of that prime, or an MPI with only the
+guaranteed 32767, leave the tag the sequence number alone; then only a
+message of a different size is caught (``status.Get_count``).
 """
 from __future__ import annotations
 
@@ -18,14 +28,62 @@ from typing import Iterable
 import numpy as np
 from mpi4py import MPI
 
-from .base import TAG_UB, Deadline, Endpoint, Reducer, Request, Transport, as_bytes
-from .errors import CollectiveError, PeerFailure
+from .base import (TAG_UB, UNCHECKED, Deadline, Endpoint, Reducer, Request, Transport,
+                   as_bytes)
+from .errors import CollectiveError, PeerFailure, mismatched, peer_notice
 
 # a wait polls this many times, yielding the core, then naps between polls,
 # doubling from 20 us up to _NAP_MAX seconds
 _POLLS = 64
 _NAP_MAX = 0.001
 _MPI_LOCK = threading.Lock()  # one per process: every communicator's worker shares it
+SEQ_BITS = 15  # a collective's tag: the sequence number modulo 2**15 (TAG_UB + 1) ...
+SEQ_MASK = (1 << SEQ_BITS) - 1  # ... and the call size's residue above it
+NOTE_BYTES = 1024  # the longest text of a notice
+
+
+def key_modulus(tag_ub: int) -> int:
+    """The prime that call sizes are taken modulo in collective tags: the
+    largest whose residues fit above the sequence number under ``tag_ub``;
+    0 where none does (tags are then the sequence number alone)."""
+    room = (tag_ub + 1) >> SEQ_BITS
+    for p in range(room, 2, -1):
+        if all(p % d for d in range(2, int(p ** 0.5) + 1)):
+            return p
+    return 0
+
+
+_ABANDONED: list = []  # receives that _drain gave up on, with the buffers MPI may still fill
+
+
+def _drain(comm, patience: float = 0.2) -> None:
+    """Receive and drop what is pending on ``comm`` before it is freed: MPICH
+    reuses a freed communicator's context, and a message left over (by a
+    failed call) would match a receive of the next communicator that gets
+    it.  A message that does not come in within ``patience`` seconds (its
+    sender died halfway) is left to MPI."""
+    st, end = MPI.Status(), time.monotonic() + patience
+    while comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
+        buf = np.empty(st.Get_count(MPI.BYTE), np.uint8)
+        req = comm.Irecv([buf, MPI.BYTE], st.Get_source(), st.Get_tag())
+        while not req.Test():
+            if time.monotonic() > end:
+                _ABANDONED.append((req, buf))
+                return
+            time.sleep(1e-4)
+
+
+def _free(comm, lock):
+    """Drain and free ``comm`` (collective in MPI: every rank closes); returns
+    COMM_NULL, what the owner keeps instead."""
+    if comm != MPI.COMM_NULL:
+        try:
+            with lock:
+                _drain(comm)
+                comm.Free()
+        except MPI.Exception:
+            pass
+    return MPI.COMM_NULL
 
 
 class MpiTransport(Transport):
@@ -34,12 +92,67 @@ class MpiTransport(Transport):
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
         self.lock = _MPI_LOCK
-        self.coll = MpiEndpoint(self, mpicomm.Dup(), "collective")
+        tag_ub = mpicomm.Get_attr(MPI.TAG_UB) or TAG_UB
+        self.coll = MpiEndpoint(self, mpicomm.Dup(), "collective", key_modulus(tag_ub))
         self.p2p = MpiEndpoint(self, mpicomm.Dup(), "send/recv")
+        self.notices = Notices(self, mpicomm, tag_ub)
+
+    def notify(self, seq: int, text: str) -> None:
+        self.notices.send(seq, text)
 
     def close(self) -> None:
-        for ep in (self.coll, self.p2p):
+        for ep in (self.coll, self.p2p, self.notices):
             ep.free()
+
+
+class Notices:
+    """The failure path: a rank that gives up collective k on an error it
+    detected sends every peer k (int64) and its text (UTF-8), as bytes, on a
+    communicator of their own; a waiting rank receives them when it checks
+    on its peers and raises the first that concerns its call or an earlier
+    one.  Their tag is a random number that rank 0 draws for this
+    communicator, so that a notice left over from a freed communicator
+    (whose MPI context a later one may reuse) is never received."""
+
+    def __init__(self, t: MpiTransport, mpicomm, tag_ub: int):
+        self.t = t
+        tag = np.array([int.from_bytes(os.urandom(4), "little") % (tag_ub + 1)], np.int64)
+        mpicomm.Bcast(tag, root=0)
+        self.tag = int(tag[0])
+        self.comm = mpicomm.Dup()
+        self.sent: list = []  # (request, buffer) of each notice, never waited for
+        self.heard: dict[int, tuple[int, str]] = {}  # peer -> its first notice
+
+    def send(self, seq: int, text: str) -> None:
+        buf = np.frombuffer(int(seq).to_bytes(8, "little", signed=True)
+                            + text.encode()[:NOTE_BYTES], np.uint8).copy()
+        with self.t.lock:
+            for p in range(self.t.size):
+                if p != self.t.rank:
+                    self.sent.append((self.comm.Isend([buf, MPI.BYTE], p, self.tag), buf))
+
+    def check(self, seq: int) -> None:
+        """Receive what has come; raise the notice of a peer that gave up
+        collective ``seq`` or an earlier one."""
+        st = MPI.Status()
+        with self.t.lock:
+            while self.comm.Iprobe(MPI.ANY_SOURCE, self.tag, st):
+                n, src = st.Get_count(MPI.BYTE), st.Get_source()
+                buf = np.empty(max(n, 8), np.uint8)
+                if n > 8 + NOTE_BYTES:
+                    raise CollectiveError(f"corrupt notice from rank {src}: {n} bytes",
+                                          ranks=[src])
+                self.comm.Recv([buf[:n], MPI.BYTE], src, self.tag)
+                if n >= 8:
+                    self.heard.setdefault(src, (int(buf[:8].view(np.int64)[0]),
+                                                buf[8:n].tobytes().decode("utf-8", "replace")))
+        for p in sorted(self.heard):
+            failed, text = self.heard[p]
+            if 0 < failed <= seq:
+                raise peer_notice(p, text)
+
+    def free(self) -> None:
+        self.comm = _free(self.comm, self.t.lock)
 
 
 class _Req(Request):
@@ -85,21 +198,24 @@ class _Req(Request):
 
 
 class MpiEndpoint(Endpoint):
-    def __init__(self, t: MpiTransport, comm, what: str):
+    """``modulus``: the coll endpoint's (``key_modulus``), 0 on p2p."""
+
+    def __init__(self, t: MpiTransport, comm, what: str, modulus: int = 0):
         self.t, self.comm, self.what = t, comm, what
         self.rank, self.size = t.rank, t.size
+        self.modulus = modulus
+        self.coll = what == "collective"
         self._pool: list[np.ndarray] = []  # receive-and-reduce buffers to reuse
 
     def free(self) -> None:
-        if self.comm != MPI.COMM_NULL:  # collective in MPI: every rank closes
-            try:
-                self.comm.Free()
-            except MPI.Exception:
-                pass
-            self.comm = MPI.COMM_NULL
+        self.comm = _free(self.comm, self.t.lock)
 
     def _tag(self, tag):
-        return (self.tag if tag is None else tag) % (TAG_UB + 1)
+        if tag is not None:
+            return tag % (TAG_UB + 1)
+        if self.modulus:  # the call size's residue above the sequence number
+            return (self.tag & SEQ_MASK) | (self.key % self.modulus) << SEQ_BITS
+        return self.tag & SEQ_MASK
 
     def _check_peer(self, peer: int) -> None:
         if not (0 <= peer < self.size) or peer == self.rank:
@@ -169,6 +285,29 @@ class MpiEndpoint(Endpoint):
                 os.sched_yield()
                 continue
             peers = sorted({r.peer for r in pending})
-            dl.check(self.t.liveness, lambda: peers, lambda: peers, self.what)
+            dl.check(self.t.liveness, lambda: peers, lambda: peers, self.what,
+                     self._watch if self.coll else None)
             nap = min(_NAP_MAX, nap * 2 or 2e-5)
             time.sleep(nap)
+
+    def _watch(self) -> None:
+        """A collective's look at its peers: their notices, then their
+        messages of this call with another call size."""
+        self.t.notices.check(self.tag)
+        if self.modulus and self.key != UNCHECKED:
+            self._probe()
+
+    def _probe(self) -> None:
+        """Raise ``mismatched`` for a peer whose first pending message belongs
+        to this collective but carries another call size in its tag (no
+        receive here can match it)."""
+        st, seq = MPI.Status(), self.tag & SEQ_MASK
+        mine = self.key % self.modulus
+        for p in range(self.size):
+            if p == self.rank:
+                continue
+            with self.t.lock:
+                found = self.comm.Iprobe(p, MPI.ANY_TAG, st)
+            tag = st.Get_tag()
+            if found and tag & SEQ_MASK == seq and tag >> SEQ_BITS != mine:
+                raise mismatched(p, self.tag, None, self.rank, self.key)

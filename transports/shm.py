@@ -9,8 +9,9 @@ Three modules, one job each:
 * ``shm_exchange``: the staged ``exchange()`` through the exchange buffers.
 
 This module assembles them: settings, the transport (its rank-block words:
-doorbells, sleeping flags, arrival) and its two endpoints, of the class
-``endpoint_class`` names (a transport built on this one supplies its own).
+doorbells, sleeping flags, arrival, the note of a failed call) and its two
+endpoints, of the class ``endpoint_class`` names (a transport built on this
+one supplies its own).
 
 A message is cut into slot-sized chunks.  The sender copies a chunk into a
 free slot and bumps ``head``; the receiver copies (or reduces) it out and
@@ -33,8 +34,9 @@ import numpy as np
 from . import _cma, _futex
 from ._wire import rank0_settings
 from .base import Transport, env_int
-from .shm_segment import (ARRIVED, DOORBELL, MASK, SHM_DIR, SHM_PREFIX, SLEEPING, Channel,
-                          Layout, open_segment)
+from .errors import mismatched, peer_notice
+from .shm_segment import (ARRIVED, ARRIVED_KEY, DOORBELL, FAILED, MASK, NOTE_BYTES, NOTE_LEN,
+                          SHM_DIR, SHM_PREFIX, SLEEPING, Channel, Layout, open_segment)
 from .shm_slots import EAGER, EXTERNAL, MAX_MESSAGE_BYTES, RENDEZVOUS, ShmEndpoint
 
 # The slot protocol orders its plain stores (data, header, then head) by the
@@ -93,6 +95,10 @@ class ShmTransport(Transport):
         lay = self.layout  # each rank's doorbell and first sleeping flag, as u32 indices
         self.bells = [lay.u32(r, DOORBELL) for r in range(self.size)]
         self.sleeping = [lay.u32(r, SLEEPING) for r in range(self.size)]
+        self.others = [p for p in range(self.size) if p != self.rank]
+        # every rank's arrival (collective, call size) and failure words, as i64 indices
+        self.board = [(lay.i64(r, ARRIVED), lay.i64(r, ARRIVED_KEY)) for r in range(self.size)]
+        self.failed = [lay.i64(r, FAILED) for r in range(self.size)]
         self.coll = self.endpoint_class(self, 0, strict=True)
         self.p2p = self.endpoint_class(self, 1, strict=False)
 
@@ -105,11 +111,49 @@ class ShmTransport(Transport):
         if u32[s] or u32[s + 1]:  # the SLEEPING flag of coll (ctx 0) or of p2p (ctx 1)
             _futex.wake(self.addr + 4 * i)
 
-    def set_arrived(self, seq: int) -> None:
-        self.q64[self.layout.i64(self.rank, ARRIVED)] = seq
+    def set_arrived(self, seq: int, key: int = 0) -> None:
+        # ARRIVED is 0 while the call size changes: a peer that reads the same
+        # sequence number before and after it has read that call's size
+        q, (a, k) = self.q64, self.board[self.rank]
+        q[a] = 0
+        q[k] = key
+        q[a] = seq
 
     def arrived(self, r: int) -> int:
-        return self.q64[self.layout.i64(r, ARRIVED)]
+        return self.q64[self.board[r][0]]
+
+    # -- the failure path ---------------------------------------------------
+    def notify(self, seq: int, text: str) -> None:
+        """Write this rank's note, then its failure word, and ring every peer."""
+        note = text.encode()[:NOTE_BYTES]
+        at = self.layout.note(self.rank)
+        self.mem[at:at + len(note)] = np.frombuffer(note, np.uint8)
+        me = self.layout.i64(self.rank, NOTE_LEN)
+        self.q64[me] = len(note)
+        self.q64[self.failed[self.rank]] = seq
+        for p in self.others:
+            self.ring(p)
+
+    def watch(self, seq: int) -> None:
+        """Raise what a peer's rank block says about collective ``seq``: its
+        note, where it gave up this call or an earlier one; ``mismatched``,
+        where it has entered this call with another call size than this
+        rank's (as published: debug mode publishes UNCHECKED everywhere)."""
+        q = self.q64
+        key = q[self.board[self.rank][1]]
+        for p in self.others:
+            f = q[self.failed[p]]
+            if 0 < f <= seq:
+                n = max(0, min(q[self.layout.i64(p, NOTE_LEN)], NOTE_BYTES))
+                at = self.layout.note(p)
+                raise peer_notice(p, bytes(self.mem[at:at + n]).decode("utf-8", "replace"))
+        for p in self.others:
+            a, k = self.board[p]
+            if q[a] != seq:
+                continue
+            theirs = q[k]
+            if theirs != key and q[a] == seq:  # still that call: its size
+                raise mismatched(p, seq, theirs, self.rank, key)
 
     def xchg_views(self, seq: int, dtype: np.dtype, nbytes: int) -> list[np.ndarray]:
         """Every rank's exchange buffer for call ``seq``, as ``nbytes`` of ``dtype``."""

@@ -2,10 +2,10 @@
 
 Every rank has two exchange buffers in the segment.  Exchange k: a rank
 copies its contribution into its buffer k mod 2 (no copy when it filled the
-buffer in place, through ``stage``), publishes its size and collective in
-that buffer's fields and then k as its ``exchanged`` word, rings every peer,
-waits until every peer has published k, checks what they published, and
-returns views of all N buffers.  Two buffers are enough: a rank in exchange
+buffer in place, through ``stage``), publishes its size, collective and call
+size in that buffer's fields and then k as its ``exchanged`` word, rings
+every peer, waits until every peer has published k, checks what they
+published against its own, and returns views of all N buffers.  Two buffers are enough: a rank in exchange
 k has finished k-1, so every peer has entered k-1 and finished reading k-2.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from . import _futex
-from .errors import CollectiveError
-from .shm_segment import EXCHANGED, MASK, XMETA_CALL
+from .errors import CollectiveError, mismatched
+from .shm_segment import EXCHANGED, MASK, XMETA_CALL, XMETA_KEY
 
 if TYPE_CHECKING:
     from .shm import ShmTransport
@@ -33,15 +33,16 @@ class Exchange:
         self.staged = None  # stage()'s array, published by the next exchange
         self.last: tuple = (None, -1)  # the last call's dtype, nbytes, views per parity
         # the words in the rank blocks: this rank's exchanged word and
-        # (bytes, call) per buffer parity; the peers' doorbells, exchanged
-        # words and (bytes, call) per parity
+        # (bytes, call, call size) per buffer parity; the peers' doorbells,
+        # exchanged words and (bytes, call, call size) per parity
         lay, me = t.layout, t.rank
         self.my_seq = lay.i64(me, EXCHANGED)
         self.my_meta = [lay.xmeta(me, b) for b in (0, 1)]
         self.bells = [(t.bells[p], t.sleeping[p]) for p in peers]
         self.peer_seq = [lay.i64(p, EXCHANGED) for p in peers]
         self.peer_meta = [[lay.xmeta(p, b) for p in peers] for b in (0, 1)]
-        self.call = XMETA_CALL // 8  # the call's word after the bytes' word
+        # the call's and the call size's words after the bytes' word
+        self.call, self.size_at = XMETA_CALL // 8, XMETA_KEY // 8
 
     def release(self) -> None:
         self.last, self.staged = (None, -1), None  # views of the segment
@@ -59,12 +60,12 @@ class Exchange:
         self.staged = self.t.xchg_views(self.t.xchg_seq + 1, like.dtype, nb)[self.rank]
         return self.staged
 
-    def run(self, buf, nb: int, root: int | None, tag: int,
+    def run(self, buf, nb: int, root: int | None, tag: int, key: int,
             block: Callable) -> list[np.ndarray]:
         """Exchange ``buf`` (an array or a list of arrays, ``nb`` bytes in all,
-        at most xchg_bytes) in collective ``tag``; ``root``: only its
-        contribution is published (the others publish 0 bytes).  ``block``
-        is the endpoint's wait (``ShmEndpoint.block``)."""
+        at most xchg_bytes) in collective ``tag`` of call size ``key``;
+        ``root``: only its contribution is published (the others publish 0
+        bytes).  ``block`` is the endpoint's wait (``ShmEndpoint.block``)."""
         t = self.t
         if isinstance(buf, np.ndarray):
             pieces, dtype = None, buf.dtype
@@ -88,13 +89,14 @@ class Exchange:
                     np.copyto(v[o:o + p.size], p.reshape(-1))
                     o += p.size
         self.staged = None
-        # publish: size and call (kept per buffer, like the data), then the
-        # sequence number; then ring every peer (inline: this is the hot path
-        # of every small call)
-        q, u32, par, call = t.q64, t.u32, k & 1, self.call
+        # publish: size, call and call size (kept per buffer, like the data),
+        # then the sequence number; then ring every peer (inline: this is the
+        # hot path of every small call)
+        q, u32, par, call, kw = t.q64, t.u32, k & 1, self.call, self.size_at
         w = self.my_meta[par]
         q[w] = mine
         q[w + call] = tag
+        q[w + kw] = key
         q[self.my_seq] = k
         for i, s in self.bells:
             u32[i] = (u32[i] + 1) & MASK
@@ -111,7 +113,9 @@ class Exchange:
             self._wait(k, block)
         for p, i in zip(self.peers, self.peer_meta[par]):
             want = nb if root is None or root == p else 0
-            if q[i] != want or q[i + call] != tag:
+            if q[i] != want or q[i + call] != tag or q[i + kw] != key:
+                if q[i + call] == tag and q[i + kw] != key:
+                    raise mismatched(p, tag, q[i + kw], me, key)
                 raise CollectiveError(
                     f"mismatched collectives: rank {p} contributed {q[i]} bytes to call "
                     f"#{q[i + call]} where rank {me} expects {want} bytes in call #{tag}",

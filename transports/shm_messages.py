@@ -14,11 +14,15 @@ from .base import Request
 
 
 class Send(Request):
-    __slots__ = ("ep", "peer", "data", "tag", "off", "chunks", "finished", "rndv", "target")
+    """A send; ``key``: the endpoint's call size when it was posted, which
+    every slot of it carries."""
+
+    __slots__ = ("ep", "peer", "data", "tag", "key", "off", "chunks", "finished", "rndv",
+                 "target")
     external = False  # the bytes move outside the segment (EXTERNAL slots)
 
     def __init__(self, ep, peer, data, tag):
-        self.ep, self.peer, self.data, self.tag = ep, peer, data, tag
+        self.ep, self.peer, self.data, self.tag, self.key = ep, peer, data, tag, ep.key
         self.off = 0
         self.rndv = 0 < ep.t.cma_bytes <= data.nbytes
         self.chunks = 1 if self.rndv else max(1, -(-data.nbytes // ep.t.slot_bytes))
@@ -33,14 +37,15 @@ class Send(Request):
 
 
 class Recv(Request):
-    """A posted receive; ``acc``/``op`` set for a receive-and-reduce."""
+    """A posted receive; ``acc``/``op`` set for a receive-and-reduce; ``key``:
+    the call size its sender's slots must carry."""
 
-    __slots__ = ("ep", "peer", "tag", "out", "acc", "op", "total", "off",
+    __slots__ = ("ep", "peer", "tag", "key", "out", "acc", "op", "total", "off",
                  "finished", "source")
     external = False
 
     def __init__(self, ep, peer, tag, out, acc=None, op=None):
-        self.ep, self.peer, self.tag = ep, peer, tag
+        self.ep, self.peer, self.tag, self.key = ep, peer, tag, ep.key
         self.out = out  # uint8 view of the destination
         self.acc, self.op = acc, op
         self.total = out.nbytes
@@ -82,6 +87,7 @@ class Unexpected:
 
     __slots__ = ("tag", "total", "off", "buf", "finished", "waiter")
     external = False
+    key = 0  # point-to-point messages carry no call size
 
     def __init__(self, tag, total):
         self.tag, self.total, self.off = tag, total, 0

@@ -8,13 +8,15 @@ between creation and unlink can leave a segment behind).
 
 Layout (every offset named below; all 64-byte aligned)::
 
-    rank block   per rank: doorbell u32 | sleeping u32 per endpoint | arrived i64
-                 | exchanged i64 | per exchange buffer: bytes, call (i64)
+    rank block   per rank: doorbell u32 | sleeping u32 per endpoint | arrived,
+                 its call size (i64) | exchanged i64 | per exchange buffer:
+                 bytes, call, call size (i64) | failed, note length (i64) | note
     exchange     per rank, two buffers of xchg_bytes (alternating calls)
     channels     per endpoint (coll, p2p), per ordered pair (src -> dst):
                  head u32 (sender writes) | tail u32 (receiver writes)
                               | acked u32 (receiver: rendezvous messages read)
-                 nslots x [header: tag, total, offset, nbytes, kind (i64) | data]
+                 nslots x [header: tag, total, offset, nbytes, kind, key (i64)
+                           | data]
 """
 from __future__ import annotations
 
@@ -33,14 +35,20 @@ PAGE = 4096  # the exchange and channel areas start on page boundaries
 MASK = 0xFFFFFFFF  # the u32 words (doorbells, head, tail, acked) count modulo 2**32
 
 # The rank block of rank r: RANK_BLOCK bytes at RANK_BLOCK * r.  Byte offsets:
-RANK_BLOCK = 64
+RANK_BLOCK = 512
 DOORBELL = 0     # u32, incremented by anyone who has news for rank r
 SLEEPING = 4     # u32 per endpoint (coll at +4, p2p at +8): 1 while r sleeps in a wait on it
 ARRIVED = 16     # i64, the sequence number of the last collective r entered
-EXCHANGED = 24   # i64, the number of the last exchange r has published
-XMETA = 32       # per exchange buffer b, at XMETA + XMETA_STEP * b: the bytes (i64)
-XMETA_STEP = 16  # and, XMETA_CALL further, the collective (i64) of r's exchange in it
-XMETA_CALL = 8
+ARRIVED_KEY = 24  # i64, its call size (ARRIVED is 0 while r rewrites this)
+EXCHANGED = 32   # i64, the number of the last exchange r has published
+XMETA = 40       # per exchange buffer b, at XMETA + XMETA_STEP * b: the bytes (i64)
+XMETA_STEP = 24  # of r's exchange in it; XMETA_CALL further its collective, and
+XMETA_CALL = 8   # XMETA_KEY further that collective's call size (i64 each)
+XMETA_KEY = 16
+FAILED = 88      # i64, the collective in which r detected an error and gave up (0: none)
+NOTE_LEN = 96    # i64, the length of r's note: what it detected, UTF-8, from NOTE on
+NOTE = 128
+NOTE_BYTES = RANK_BLOCK - NOTE  # the longest note
 
 # A channel, at its offset.  Byte offsets (head and tail on lines of their own):
 HEAD = 0         # u32, slots filled, written by the sender only
@@ -48,9 +56,10 @@ TAIL = 64        # u32, slots emptied, written by the receiver only
 ACKED = 96       # u32, rendezvous messages read, written by the receiver only
 SLOTS = 128      # the first slot; each slot is a header then slot_bytes of data
 SLOT_HEADER = 64
-# The fields of a slot header, i64 each, in this order:
-TAG, TOTAL, OFFSET, NBYTES, KIND = range(5)
-HEADER_FIELDS = 5
+# The fields of a slot header, i64 each, in this order (KEY: the sender's call
+# size, on the coll endpoint; 0 on p2p):
+TAG, TOTAL, OFFSET, NBYTES, KIND, KEY = range(6)
+HEADER_FIELDS = 6
 
 
 def align(n: int, a: int) -> int:
@@ -79,8 +88,12 @@ class Layout:
 
     def xmeta(self, r: int, parity: int) -> int:
         """Index, in i64 words, of the bytes of rank r's exchange in buffer
-        ``parity``; the call follows it."""
+        ``parity``; the call and the call size follow it."""
         return self.i64(r, XMETA + XMETA_STEP * parity)
+
+    def note(self, r: int) -> int:
+        """Byte offset of rank r's note."""
+        return RANK_BLOCK * r + NOTE
 
     def xchg(self, r: int, parity: int) -> int:
         """Rank r's exchange buffer of ``parity`` (exchange k uses k mod 2)."""

@@ -5,9 +5,10 @@ A message is cut into chunks of at most ``slot_bytes``; ``_push`` copies the
 next chunk into the slot at ``head`` and publishes it by bumping ``head``,
 ``_pull`` checks the slot's header, copies or reduces the chunk out and
 frees the slot by bumping ``tail``.  The ``coll`` endpoint matches a
-message to the oldest posted receive from its sender (strict FIFO); ``p2p``
-matches by tag, and keeps a message that arrives before its receive as
-unexpected.  Progress happens in ``waitall``/``test`` (and a little when a
+message to the oldest posted receive from its sender (strict FIFO), and
+checks that it belongs to the same collective (tag) of the same call size
+(key) before a byte of it is used; ``p2p`` matches by tag, and keeps a
+message that arrives before its receive as unexpected.  Progress happens in ``waitall``/``test`` (and a little when a
 request is posted), under the endpoint's lock; between fruitless passes a
 rank watches, then sleeps on, its doorbell.
 
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from .base import Deadline, Endpoint, Reducer, Request, as_bytes
-from .errors import CollectiveError, PeerFailure
+from .errors import CollectiveError, PeerFailure, mismatched
 from .shm_exchange import Exchange
 from .shm_messages import Recv, Send, Unexpected
 from .shm_segment import MASK
@@ -157,16 +158,16 @@ class ShmEndpoint(Endpoint):
             k = head & (ch.nslots - 1)
             if s.rndv:
                 ch.data[k][:RNDV_BYTES].view(np.int64)[:] = (os.getpid(), s.data.ctypes.data)
-                ch.hdr[k][:] = (s.tag, s.data.nbytes, 0, RNDV_BYTES, RENDEZVOUS)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, 0, RNDV_BYTES, RENDEZVOUS, s.key)
             elif s.external:  # the subclass places the chunk; the slot holds its header
                 n = self.fill_external(peer, k, s)
-                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EXTERNAL)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EXTERNAL, s.key)
                 s.off += n
             else:
                 n = min(ch.slot_bytes, s.data.nbytes - s.off)
                 if n:
                     np.copyto(ch.data[k][:n], s.data[s.off:s.off + n])
-                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EAGER)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EAGER, s.key)
                 s.off += n
             head = (head + 1) & MASK
             u32[ch.head] = head
@@ -208,15 +209,18 @@ class ShmEndpoint(Endpoint):
         moved = False
         while head != tail:
             k = tail & (ch.nslots - 1)
-            tag, total, off, n, kind = ch.hdr[k].tolist()
+            tag, total, off, n, kind, key = ch.hdr[k].tolist()
             cur = self.incoming[peer]
             if cur is None:
                 if off != 0:
                     raise self._corrupt(peer, f"message starts at offset {off}")
-                cur = self._match(peer, tag, total, kind)
+                cur = self._match(peer, tag, total, kind, key)
                 if cur is None:
                     break  # collective data waits in its slot for its receive
                 self.incoming[peer] = cur
+            if key != cur.key:  # a chunk of a message whose first chunk matched
+                raise self._corrupt(peer, f"slot of call size {key} continues a message "
+                                          f"of call size {cur.key}")
             if kind == RENDEZVOUS and off == 0 and n == RNDV_BYTES and total == cur.total \
                     and tag == cur.tag:
                 self._read_remote(peer, cur, ch.data[k][:RNDV_BYTES].view(np.int64).tolist())
@@ -260,7 +264,7 @@ class ShmEndpoint(Endpoint):
             raise CollectiveError(f"reading rank {peer}'s message failed: {e}",
                                   ranks=[peer]) from None
 
-    def _match(self, peer: int, tag: int, total: int, kind: int = EAGER):
+    def _match(self, peer: int, tag: int, total: int, kind: int = EAGER, key: int = 0):
         posted = self.posted[peer]
         if self.strict:
             if not posted:
@@ -270,6 +274,8 @@ class ShmEndpoint(Endpoint):
                 raise CollectiveError(
                     f"mismatched collectives: rank {peer} sent a message of call "
                     f"#{tag} while this rank is in call #{r.tag}", ranks=[peer])
+            if key != r.key:  # the calls move different numbers of bytes
+                raise mismatched(peer, tag, key, self.rank, r.key)
             self._check_total(r, total)
             return r
         for r in posted:
@@ -332,6 +338,7 @@ class ShmEndpoint(Endpoint):
         ``peers()``: whose liveness to check; ``missing()``: whom to name."""
         t = self.t
         dl = Deadline(t.timeout, t.rank)
+        watch = self._watch if self.strict else None
         while True:
             seen = t.doorbell()
             done, moved = step()
@@ -340,13 +347,17 @@ class ShmEndpoint(Endpoint):
             if moved:
                 dl.progress()
                 continue
-            dl.check(t.liveness, peers, missing, self.what)  # rate-limited inside
+            dl.check(t.liveness, peers, missing, self.what, watch)  # rate-limited inside
             for _ in range(t.spin):
                 if t.doorbell() != seen:
                     break
                 _yield()
             else:
                 t.sleep(self.ctx, seen, dl.remaining())
+
+    def _watch(self) -> None:
+        """A collective's look at its peers' rank blocks (``ShmTransport.watch``)."""
+        self.t.watch(self.tag)
 
     def _waited_peers(self, pending) -> list[int]:
         if self.strict:
@@ -379,7 +390,7 @@ class ShmEndpoint(Endpoint):
         nb = buf.nbytes if isinstance(buf, np.ndarray) else sum(p.nbytes for p in buf)
         if x is None or nb > self.xchg_bytes:
             return super().exchange(buf, root, sent, recv)
-        views = x.run(buf, nb, root, self.tag, self.block)
+        views = x.run(buf, nb, root, self.tag, self.key, self.block)
         n, me = self.size, self.rank
         if root is None:
             self.sent_bytes += nb * (n - 1) if sent is None else sent
