@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 
-.PHONY: test bench bench-all benchmark-micro soak venv clean
+.PHONY: test bench bench-all benchmark-micro soak venv clean test-mismatch
 
 venv: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ benchmark-micro: venv
 # descriptors, memory and /dev/shm watched (a minute or two on 2 cores)
 soak: venv
 	$(MPIEXEC) -n 4 $(PY) tests/soak.py --calls 10000
+
+# the mismatch matrix at every N from 2 to 8 (make test runs N = 2, 3, 4, 8)
+test-mismatch: venv
+	MISMATCH_ALL_N=1 $(PY) -m pytest -q tests/test_mismatch.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache build collectives/_ntcopy*.so collectives/_kernels*.so
