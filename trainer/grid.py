@@ -22,8 +22,6 @@ from . import pipeline as pl
 from .layout import split_rows
 from .tensor_parallel import TP, LMConfig, build_layers, traffic_formula
 
-F32 = np.float32
-
 
 @dataclass
 class GridConfig:

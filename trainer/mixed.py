@@ -1,4 +1,5 @@
-"""Mixed precision: dynamic loss scaling and Adam on fp32 master weights.
+"""Mixed precision: the two dtypes, dynamic loss scaling and Adam on fp32
+master weights.
 
 Adam keeps, per parameter it owns, an fp32 master weight and fp32 first and
 second moments: K = 12 bytes (the ZeRO paper's K).  It reads fp16 (scaled)
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-F32 = np.float32
+# What a strategy stores and communicates (F16), and what products,
+# master weights and optimizer states use (F32).
+F16, F32 = np.float16, np.float32
 CHUNK = 1 << 18
 
 

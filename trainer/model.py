@@ -13,7 +13,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-F32 = np.float32
+from .mixed import F32
 
 
 @dataclass(frozen=True)

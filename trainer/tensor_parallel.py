@@ -30,8 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .layout import split_rows
-
-F32 = np.float32
+from .mixed import F32
 
 
 @dataclass(frozen=True)

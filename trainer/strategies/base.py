@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..layout import split_rows
-from ..mixed import LossScaler
+from ..mixed import F32, LossScaler
 from ..model import MLP, ModelConfig, Teacher
-
-F16, F32 = np.float16, np.float32
 
 
 @dataclass

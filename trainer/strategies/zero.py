@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import Layout
-from ..mixed import Adam, finite
-from .base import F16, F32, Strategy
+from ..mixed import F16, F32, Adam, finite
+from .base import Strategy
 
 
 class ZeroBase(Strategy):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import buckets
-from .base import F16
+from ..mixed import F16
 from .zero import ZeroBase
 
 

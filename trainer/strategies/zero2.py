@@ -11,9 +11,8 @@ repeat K times.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..layout import buckets
+from ..mixed import F16
 from .base import CastWeights, put
 from .zero import ShardedGrads, ZeroBase
 
@@ -24,7 +23,7 @@ class Zero2(ZeroBase):
     def __init__(self, comm, ctrl, model, cfg):
         super().__init__(comm, ctrl, model, cfg,
                          buckets(model.sizes, int(cfg.bucket_mb * 2**20), 2))
-        self.params16 = self._take_init().astype(np.float16)
+        self.params16 = self._take_init().astype(F16)
         self.pviews = self.views(self.params16, self.lay)
         self.grads = ShardedGrads(self)
 
