@@ -70,7 +70,7 @@ def train_parser() -> argparse.ArgumentParser:
 
 def grid_config_from(a, n: int):
     from .grid import GridConfig
-    from .tensor_parallel import LMConfig
+    from .lm import LMConfig
     dp, tp, pp = a.dp, a.tp, a.pp
     if dp is None and tp is None and pp is None:
         dp, tp, pp = 1, (n if a.strategy == "tensor" else 1), (n if a.strategy == "pipeline" else 1)

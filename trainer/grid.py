@@ -20,7 +20,8 @@ import numpy as np
 
 from . import pipeline as pl
 from .layout import split_rows
-from .tensor_parallel import TP, LMConfig, build_layers, traffic_formula
+from .lm import LMConfig
+from .tensor_parallel import TP, build_layers, traffic_formula
 
 
 @dataclass
