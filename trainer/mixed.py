@@ -60,7 +60,8 @@ class Adam:
 
     def step(self, pieces, scale: float) -> None:
         """``pieces``: (shard offset, grad, param16) triples that tile the
-        shard; grad (fp16 scaled, or fp32 scaled) is read, param16 written."""
+        shard; grad (fp16 scaled, or fp32 scaled) is read, param16 written
+        (None where the master weights are the parameters themselves)."""
         self.t += 1
         b1, b2 = self.b1, self.b2
         c1 = self.lr / (1 - b1 ** self.t)
@@ -86,4 +87,5 @@ class Adam:
                 np.divide(m, u, out=u)
                 u *= F32(c1)
                 w -= u
-                out16[s:e] = w
+                if out16 is not None:
+                    out16[s:e] = w

@@ -56,13 +56,16 @@ class TP:
 
 class Layer:
     """Parameters (this rank's shards), their gradients, per-micro-batch caches,
-    and the tp bytes sent by its forward and backward calls."""
+    and the tp bytes sent by its forward and backward calls.  Backward adds
+    into the gradients, which ``bind`` places (with the parameters) in flat
+    buffers that the optimizer and the data-parallel all-reduce use whole."""
 
     name = "?"
 
     def __init__(self, tp: TP):
         self.tp = tp
         self.params: dict[str, np.ndarray] = {}
+        self.grads: dict[str, np.ndarray] = {}
         self.slices: dict[str, tuple] = {}  # where each shard sits in the full parameter
         self.cache: dict = {}
         self.sent = {"forward": 0, "backward": 0}
@@ -71,8 +74,15 @@ class Layer:
         self.params[name] = np.ascontiguousarray(full[index])
         self.slices[name] = index
 
-    def zero_grad(self) -> None:
-        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+    def bind(self, params: np.ndarray, grads: np.ndarray, offset: int) -> int:
+        """Make the parameters (copied in) and their gradients views of two
+        flat buffers from ``offset`` on; returns the offset after them."""
+        for k, p in self.params.items():
+            self.params[k] = params[offset:offset + p.size].reshape(p.shape)
+            self.params[k][...] = p
+            self.grads[k] = grads[offset:offset + p.size].reshape(p.shape)
+            offset += p.size
+        return offset
 
     def forward(self, mb, x):
         before = self.tp.bytes_sent()
