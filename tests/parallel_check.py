@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import collectives as cc  # noqa: E402
 from launch import finish  # noqa: E402
 from trainer.grid import Grid, GridConfig, _gather_json, train  # noqa: E402
-from trainer.tensor_parallel import LMConfig  # noqa: E402
+from trainer.lm import LMConfig  # noqa: E402
 
 MODEL = LMConfig(vocab=67, d=16, hidden=37, blocks=8, seed=5)
 

@@ -33,7 +33,7 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=None,
                    help="global samples per step (default 64; 512 for pipeline, tensor)")
     p.add_argument("--accum", type=int, default=1, help="micro-batches per step")
-    p.add_argument("--lr", type=float, default=None, help="default 1e-3 (3e-3 for pipeline, tensor)")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default %(default)g)")
     p.add_argument("--bucket-mb", type=float, default=4.0, help="gradient bucket size (ddp, zero1, zero2)")
     p.add_argument("--no-overlap", action="store_true",
                    help="start the gradient collectives after backward instead of during it")
@@ -70,15 +70,14 @@ def train_parser() -> argparse.ArgumentParser:
 
 def grid_config_from(a, n: int):
     from .grid import GridConfig
-    from .tensor_parallel import LMConfig
+    from .lm import LMConfig
     dp, tp, pp = a.dp, a.tp, a.pp
     if dp is None and tp is None and pp is None:
         dp, tp, pp = 1, (n if a.strategy == "tensor" else 1), (n if a.strategy == "pipeline" else 1)
     else:
         dp, tp, pp = dp or 1, tp or 1, pp or 1
     return GridConfig(dp=dp, tp=tp, pp=pp, schedule=a.schedule, micro_batches=a.micro_batches,
-                      chunks=a.chunks, steps=a.steps, batch=a.batch or 512,
-                      lr=3e-3 if a.lr is None else a.lr,
+                      chunks=a.chunks, steps=a.steps, batch=a.batch or 512, lr=a.lr,
                       algorithm=None if a.algorithm == "auto" else a.algorithm,
                       model=LMConfig(vocab=a.vocab, d=a.d_model, hidden=a.ffn, blocks=a.blocks,
                                      seed=a.seed))
@@ -87,8 +86,7 @@ def grid_config_from(a, n: int):
 def config_from(a):
     from .model import ModelConfig
     from .strategies.base import TrainConfig
-    lr = 1e-3 if a.lr is None else a.lr
-    return TrainConfig(strategy=a.strategy, steps=a.steps, batch=a.batch or 64, accum=a.accum, lr=lr,
+    return TrainConfig(strategy=a.strategy, steps=a.steps, batch=a.batch or 64, accum=a.accum, lr=a.lr,
                        bucket_mb=a.bucket_mb, overlap=not a.no_overlap,
                        staleness=0 if a.sync else a.staleness, loss_scale=a.loss_scale,
                        algorithm=a.algorithm,

@@ -10,7 +10,6 @@ server's load is usually quoted: 2(N-1)·Ψ·b at the server, 2·Ψ·b at a work
 """
 from __future__ import annotations
 
-STRATEGY_NAMES = ("ps", "ddp", "zero1", "zero2", "zero3")
 GB = 1e9
 
 

@@ -7,22 +7,23 @@ three groups every rank belongs to: ``tp`` (same stage and replica), ``pp``
 tensor index).  Each step: the replica's share of the global batch goes
 through the pipeline schedule (with the tensor-parallel layers inside each
 stage), the gradients are all-reduced over ``dp``, and every rank runs Adam
-(fp32) on the parameter shards it holds.  ``pipeline`` and ``tensor`` are
+(fp32) on the parameter shards it holds: its parameters and gradients are
+two flat buffers, the parameters being Adam's master weights.  ``pipeline`` and ``tensor`` are
 this grid with P = N or T = N.
 """
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from . import pipeline as pl
 from .layout import split_rows
-from .tensor_parallel import TP, LMConfig, build_layers, traffic_formula
-
-F32 = np.float32
+from .lm import LMConfig
+from .mixed import F32, Adam
+from .tensor_parallel import TP, build_layers, traffic_formula
 
 
 @dataclass
@@ -35,7 +36,9 @@ class GridConfig:
     chunks: int = 1            # model chunks per rank (interleaved)
     steps: int = 10
     batch: int = 512           # global rows per step
-    lr: float = 3e-3
+    # Adam's first update moves every weight by lr (times the sign of its
+    # gradient); at 3e-3 that makes the second step's loss five times the first
+    lr: float = 1e-3
     algorithm: str = "ring"
     model: LMConfig = field(default_factory=LMConfig)
 
@@ -91,16 +94,18 @@ class Grid:
         if self.head is not None:
             self.head.denom = cfg.batch
         self.pipe = pl.Pipeline(self.pp_comm, chunks, self.v)
-        self.adam = {k: (np.zeros_like(p), np.zeros_like(p))
-                     for ly in self.layers for k, p in ly.params.items()}
-        self.t_adam = 0
+        n = sum(p.size for ly in self.layers for p in ly.params.values())
+        self.adam = Adam(np.empty(n, F32), cfg.lr)
+        self.grads = np.zeros(n, F32)
+        o = 0
+        for ly in self.layers:
+            o = ly.bind(self.adam.master, self.grads, o)
 
     # -- one step ----------------------------------------------------------------
     def step(self, step: int) -> tuple[float, list, float, float]:
         """Returns (this rank's loss sum, its timeline, start, end)."""
         cfg = self.cfg
-        for ly in self.layers:
-            ly.zero_grad()
+        self.grads.fill(0)
         ids, tg = cfg.model.batch(step, cfg.batch)
         rb = split_rows(cfg.batch, cfg.dp)
         ids, tg = ids[rb[self.d]:rb[self.d + 1]], tg[rb[self.d]:rb[self.d + 1]]
@@ -111,34 +116,10 @@ class Grid:
         start = time.perf_counter()
         loss = self.pipe.run(cfg.schedule, ids_m, tg_m, cfg.model.d)
         end = time.perf_counter()
-        self._all_reduce_grads()
-        self._adam()
+        if self.dp_comm.size > 1:
+            self.dp_comm.all_reduce(self.grads, out=self.grads, algorithm=cfg.algorithm)
+        self.adam.step([(0, self.grads, None)], 1.0)
         return loss, list(self.pipe.timeline), start, end
-
-    def _all_reduce_grads(self) -> None:
-        if self.dp_comm.size == 1:
-            return
-        grads = [g for ly in self.layers for g in ly.grads.values()]
-        flat = np.concatenate([g.reshape(-1) for g in grads])
-        self.dp_comm.all_reduce(flat, out=flat, algorithm=self.cfg.algorithm)
-        o = 0
-        for g in grads:
-            g.reshape(-1)[:] = flat[o:o + g.size]
-            o += g.size
-
-    def _adam(self, b1=0.9, b2=0.999, eps=1e-8) -> None:
-        self.t_adam += 1
-        c1 = self.cfg.lr / (1 - b1 ** self.t_adam)
-        c2 = 1.0 / np.sqrt(1 - b2 ** self.t_adam)
-        for ly in self.layers:
-            for k, p in ly.params.items():
-                g = ly.grads[k]
-                m, v = self.adam[k]
-                m *= b1
-                m += (1 - b1) * g
-                v *= b2
-                v += (1 - b2) * g * g
-                p -= F32(c1) * m / (np.sqrt(v) * F32(c2) + F32(eps))
 
     def shards(self) -> dict:
         """name -> (array, slices) of every parameter shard this rank holds."""
@@ -200,8 +181,7 @@ def _train(comm, ctrl, g: Grid, cfg, progress, json_path, timeline_path, table):
         layer_rows.append({"layer": ly.name, "measured": {k: v / T for k, v in ly.sent.items()},
                            "predicted": f})
     pp_pred = _pp_formula(g, cfg, rows_dp)
-    n_local = sum(p.size for ly in g.layers for p in ly.params.values())
-    dp_pred = 2 * (cfg.dp - 1) / cfg.dp * n_local * 4
+    dp_pred = 2 * (cfg.dp - 1) / cfg.dp * g.grads.size * 4
     mine = {"rank": comm.rank, "coords": [g.d, g.t, g.s], "peak": g.pipe.peak,
             "peak_formula": pl.peak_formula(cfg.schedule, cfg.pp, g.s, cfg.micro_batches, g.v),
             "traffic": moved, "traffic_formula": {"pp": pp_pred, "dp": dp_pred},
@@ -213,7 +193,7 @@ def _train(comm, ctrl, g: Grid, cfg, progress, json_path, timeline_path, table):
     rep = {"strategy": "grid", "ranks": comm.size, "dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp,
            "schedule": cfg.schedule, "micro_batches": cfg.micro_batches, "chunks": g.v,
            "batch": cfg.batch, "params": int(sum(p.size for p in cfg.model.full_params().values())),
-           "bytes_per_element": 4, "steps": steps,
+           "model": asdict(cfg.model), "bytes_per_element": 4, "steps": steps,
            "samples_per_s": cfg.batch / float(np.median([s["time_s"] for s in skip])),
            "bubble": {"measured": float(np.median([b["bubble"] for b in bubbles[1:] or bubbles])),
                       "replayed": float(np.median([b["bubble"] for b in replays[1:] or replays])),

@@ -1,4 +1,5 @@
-"""Mixed precision: dynamic loss scaling and Adam on fp32 master weights.
+"""Mixed precision: the two dtypes, dynamic loss scaling and Adam on fp32
+master weights.
 
 Adam keeps, per parameter it owns, an fp32 master weight and fp32 first and
 second moments: K = 12 bytes (the ZeRO paper's K).  It reads fp16 (scaled)
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-F32 = np.float32
+# What a strategy stores and communicates (F16), and what products,
+# master weights and optimizer states use (F32).
+F16, F32 = np.float16, np.float32
 CHUNK = 1 << 18
 
 
@@ -57,7 +60,8 @@ class Adam:
 
     def step(self, pieces, scale: float) -> None:
         """``pieces``: (shard offset, grad, param16) triples that tile the
-        shard; grad (fp16 scaled, or fp32 scaled) is read, param16 written."""
+        shard; grad (fp16 scaled, or fp32 scaled) is read, param16 written
+        (None where the master weights are the parameters themselves)."""
         self.t += 1
         b1, b2 = self.b1, self.b2
         c1 = self.lr / (1 - b1 ** self.t)
@@ -83,4 +87,5 @@ class Adam:
                 np.divide(m, u, out=u)
                 u *= F32(c1)
                 w -= u
-                out16[s:e] = w
+                if out16 is not None:
+                    out16[s:e] = w

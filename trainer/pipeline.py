@@ -26,6 +26,8 @@ import time
 
 import numpy as np
 
+from .mixed import F32
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 
@@ -137,7 +139,7 @@ class Pipeline:
         return s % self.p
 
     def _recv(self, shape, s: int, tag: int) -> np.ndarray:
-        out = np.empty(shape, np.float32)
+        out = np.empty(shape, F32)
         return self.pp.recv(out, self._rank(s), tag)
 
 

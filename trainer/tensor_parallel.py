@@ -1,7 +1,7 @@
 """Tensor parallelism (Shoeybi et al. 2019, "Megatron-LM"), in fp32.
 
-The model is a small next-token predictor: a token id goes through a
-vocabulary-parallel embedding, ``blocks`` residual MLP blocks (a
+The model (``lm.py``) is a small next-token predictor: a token id goes
+through a vocabulary-parallel embedding, ``blocks`` residual MLP blocks (a
 column-parallel then a row-parallel linear layer), and a vocabulary-parallel
 output projection with a vocabulary-parallel cross-entropy.  Over T ranks
 (a tensor-parallel communicator ``tp``):
@@ -25,49 +25,11 @@ several in flight, and records the bytes it moved on ``tp`` per call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .layout import split_rows
-
-F32 = np.float32
-
-
-@dataclass(frozen=True)
-class LMConfig:
-    vocab: int = 256
-    d: int = 256
-    hidden: int = 1024
-    blocks: int = 8
-    seed: int = 0
-
-    def full_params(self) -> dict[str, np.ndarray]:
-        """The single-process model's parameters, the same for every layout."""
-        out = {}
-
-        def normal(name, shape, std):
-            rng = np.random.default_rng([self.seed, 11, _key(name)])
-            out[name] = (rng.standard_normal(shape) * std).astype(F32)
-        normal("embed.E", (self.vocab, self.d), 1.0 / np.sqrt(self.d))
-        for i in range(self.blocks):
-            normal(f"block{i}.W1", (self.d, self.hidden), np.sqrt(2.0 / self.d))
-            out[f"block{i}.b1"] = np.zeros(self.hidden, F32)
-            normal(f"block{i}.W2", (self.hidden, self.d), 0.5 / np.sqrt(self.hidden))
-            out[f"block{i}.b2"] = np.zeros(self.d, F32)
-        normal("head.O", (self.d, self.vocab), 1.0 / np.sqrt(self.d))
-        return out
-
-    def batch(self, step: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """``rows`` (id, next id) pairs of step ``step``: the next id is a fixed
-        random function of the id, which the model can learn."""
-        table = np.random.default_rng([self.seed, 12]).integers(0, self.vocab, self.vocab)
-        ids = np.random.default_rng([self.seed, 13, step]).integers(0, self.vocab, rows)
-        return ids, table[ids]
-
-
-def _key(name: str) -> int:
-    return int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "little") ^ len(name)
+from .lm import LMConfig
+from .mixed import F32
 
 
 class TP:
@@ -94,13 +56,16 @@ class TP:
 
 class Layer:
     """Parameters (this rank's shards), their gradients, per-micro-batch caches,
-    and the tp bytes sent by its forward and backward calls."""
+    and the tp bytes sent by its forward and backward calls.  Backward adds
+    into the gradients, which ``bind`` places (with the parameters) in flat
+    buffers that the optimizer and the data-parallel all-reduce use whole."""
 
     name = "?"
 
     def __init__(self, tp: TP):
         self.tp = tp
         self.params: dict[str, np.ndarray] = {}
+        self.grads: dict[str, np.ndarray] = {}
         self.slices: dict[str, tuple] = {}  # where each shard sits in the full parameter
         self.cache: dict = {}
         self.sent = {"forward": 0, "backward": 0}
@@ -109,8 +74,15 @@ class Layer:
         self.params[name] = np.ascontiguousarray(full[index])
         self.slices[name] = index
 
-    def zero_grad(self) -> None:
-        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+    def bind(self, params: np.ndarray, grads: np.ndarray, offset: int) -> int:
+        """Make the parameters (copied in) and their gradients views of two
+        flat buffers from ``offset`` on; returns the offset after them."""
+        for k, p in self.params.items():
+            self.params[k] = params[offset:offset + p.size].reshape(p.shape)
+            self.params[k][...] = p
+            self.grads[k] = grads[offset:offset + p.size].reshape(p.shape)
+            offset += p.size
+        return offset
 
     def forward(self, mb, x):
         before = self.tp.bytes_sent()

@@ -6,11 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..layout import split_rows
-from ..mixed import LossScaler
+from ..layout import buckets, split_rows
+from ..mixed import F16, F32, LossScaler
 from ..model import MLP, ModelConfig, Teacher
-
-F16, F32 = np.float16, np.float32
 
 
 @dataclass
@@ -36,6 +34,12 @@ class TrainConfig:
             raise ValueError(f"staleness must be >= 0, got {self.staleness}")
         if self.bucket_mb <= 0:
             raise ValueError(f"bucket-mb must be positive, got {self.bucket_mb}")
+
+
+def grad_buckets(model: MLP, cfg: TrainConfig) -> list[list[int]]:
+    """The groups of DDP, ZeRO-1 and ZeRO-2: fp16 gradient buckets of at least
+    ``bucket_mb``, in the order backward produces them."""
+    return buckets(model.sizes, int(cfg.bucket_mb * 2**20), np.dtype(F16).itemsize)
 
 
 def put(dst: np.ndarray, g: np.ndarray, accumulate: bool) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout import Layout, buckets
-from ..mixed import Adam, finite
-from .base import F16, F32, Strategy
+from ..layout import Layout
+from ..mixed import F16, F32, Adam, finite
+from .base import Strategy, grad_buckets
 
 
 class DDP(Strategy):
@@ -22,8 +22,7 @@ class DDP(Strategy):
     def __init__(self, comm, ctrl, model, cfg):
         super().__init__(comm, ctrl, model, cfg)
         # buckets padded to a multiple of N so the ring's blocks are equal
-        self.lay = lay = Layout(model.sizes, buckets(model.sizes, int(cfg.bucket_mb * 2**20), 2),
-                                self.n)
+        self.lay = lay = Layout(model.sizes, grad_buckets(model, cfg), self.n)
         master = lay.to_flat(model.init_params(), F32)
         self.params16 = master.astype(F16)
         self.grads16 = np.zeros(lay.total, F16)

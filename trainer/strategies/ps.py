@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import Layout, split_rows
-from ..mixed import Adam, finite
-from .base import F16, F32, CastWeights, Strategy, put
+from ..mixed import F16, F32, Adam, finite
+from .base import CastWeights, Strategy, put
 
 GRAD, PARAM = 1, 2
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import Layout
-from ..mixed import Adam, finite
-from .base import F16, F32, Strategy
+from ..mixed import F16, F32, Adam, finite
+from .base import Strategy, grad_buckets
 
 
 class ZeroBase(Strategy):
@@ -38,16 +38,6 @@ class ZeroBase(Strategy):
         self.scaler.update(overflow)
         return mean, overflow
 
-    def all_gather_params(self, flat16: np.ndarray) -> None:
-        """Every rank's updated pieces to every rank, one all-gather per group
-        (in place: this rank's piece is already in its block)."""
-        lay, r = self.lay, self.rank
-        hs = [self.comm.all_gather(lay.owned(flat16, g, r), out=lay.blocks(lay.group(flat16, g)),
-                                   algorithm=self.algo("all_gather"), async_op=True)
-              for g in range(len(lay.groups))]
-        for h in hs:
-            h.wait()
-
     def reduce_scatter(self, buf: np.ndarray):
         """Start the reduce-scatter of a group-sized buffer into its own block."""
         blocks = self.lay.blocks(buf)
@@ -57,6 +47,32 @@ class ZeroBase(Strategy):
     def master_params(self):
         shards = self.comm.all_gather(self.adam.master)
         return self.lay.params_of(self.lay.unshard(shards), self.model.shapes)
+
+
+class ZeroFullParams(ZeroBase):
+    """Stages 1 and 2: gradient buckets as groups, and every fp16 parameter
+    on every rank, its updated pieces all-gathered after each step."""
+
+    def __init__(self, comm, ctrl, model, cfg):
+        super().__init__(comm, ctrl, model, cfg, grad_buckets(model, cfg))
+        self.params16 = self._take_init().astype(F16)
+        self.pviews = self.views(self.params16, self.lay)
+
+    def update(self, scale: float, loss: float, grad_piece) -> float:
+        """Adam on this rank's pieces of ``params16`` (step_shard), then one
+        all-gather per group, in place (this rank's piece is already in its
+        block); returns the mean loss."""
+        lay, r = self.lay, self.rank
+        mean, overflow = self.step_shard(scale, loss, grad_piece,
+                                         lambda g: lay.owned(self.params16, g, r))
+        if not overflow:
+            hs = [self.comm.all_gather(lay.owned(self.params16, g, r),
+                                       out=lay.blocks(lay.group(self.params16, g)),
+                                       algorithm=self.algo("all_gather"), async_op=True)
+                  for g in range(len(lay.groups))]
+            for h in hs:
+                h.wait()
+        return mean
 
 
 class ShardedGrads:

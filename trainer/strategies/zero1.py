@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout import buckets
-from .base import F16
-from .zero import ZeroBase
+from ..mixed import F16
+from .zero import ZeroFullParams
 
 
-class Zero1(ZeroBase):
+class Zero1(ZeroFullParams):
     name = "zero1"
 
     def __init__(self, comm, ctrl, model, cfg):
-        super().__init__(comm, ctrl, model, cfg,
-                         buckets(model.sizes, int(cfg.bucket_mb * 2**20), 2))
-        self.params16 = self._take_init().astype(F16)
+        super().__init__(comm, ctrl, model, cfg)
         self.grads16 = np.zeros(self.lay.total, F16)
-        self.pviews = self.views(self.params16, self.lay)
         self.gviews = self.views(self.grads16, self.lay)
 
     def _reduce(self, g: int):
@@ -35,11 +31,7 @@ class Zero1(ZeroBase):
         loss, handles = self.accumulate_and_launch(step, self.pviews, self.gviews, lay, self._reduce)
         for h in handles:
             h.wait()
-        mean, overflow = self.step_shard(scale, loss, lambda g: lay.owned(self.grads16, g, r),
-                                         lambda g: lay.owned(self.params16, g, r))
-        if not overflow:
-            self.all_gather_params(self.params16)
-        return mean
+        return self.update(scale, loss, lambda g: lay.owned(self.grads16, g, r))
 
     def state(self):
         return {"params16": [self.params16], "grads16": [self.grads16],

@@ -11,25 +11,19 @@ repeat K times.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ..layout import buckets
 from .base import CastWeights, put
-from .zero import ShardedGrads, ZeroBase
+from .zero import ShardedGrads, ZeroFullParams
 
 
-class Zero2(ZeroBase):
+class Zero2(ZeroFullParams):
     name = "zero2"
 
     def __init__(self, comm, ctrl, model, cfg):
-        super().__init__(comm, ctrl, model, cfg,
-                         buckets(model.sizes, int(cfg.bucket_mb * 2**20), 2))
-        self.params16 = self._take_init().astype(np.float16)
-        self.pviews = self.views(self.params16, self.lay)
+        super().__init__(comm, ctrl, model, cfg)
         self.grads = ShardedGrads(self)
 
     def train_step(self, step):
-        cfg, lay, r, G = self.cfg, self.lay, self.rank, self.grads
+        cfg, lay, G = self.cfg, self.lay, self.grads
         sh = self.model.shapes
         scale, loss = self.scaler.scale, 0.0
         for k in range(cfg.accum):
@@ -51,11 +45,7 @@ class Zero2(ZeroBase):
             for g in sorted(bufs):
                 G.launch(g, bufs.pop(g), k)
             G.drain(block=True)
-        mean, overflow = self.step_shard(scale, loss, G.piece,
-                                         lambda g: lay.owned(self.params16, g, r))
-        if not overflow:
-            self.all_gather_params(self.params16)
-        return mean
+        return self.update(scale, loss, G.piece)
 
     def state(self):
         return {"params16": [self.params16], "grads16": [self.grads.shard],

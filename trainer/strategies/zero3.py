@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import per_layer
-from .base import F16, F32, put
+from ..mixed import F16, F32
+from .base import put
 from .zero import ShardedGrads, ZeroBase
 
 
