@@ -10,10 +10,12 @@ numpy and CuPy arrays mixed between ranks (a CollectiveError, not a hang).
 its message on every rank (a set-up step made to fail on one rank, through
 the stand-in's STANDIN_CUPY_FAIL), and the ranks must still work together
 afterwards (an MPI barrier and a shm communicator).
-Prints one line per failure; exit status 1 if any.
+Prints one line per failure; exit status 1 if any.  A rank still running
+after STALL_DUMP_S prints the stack of each of its threads to stderr.
 """
 from __future__ import annotations
 
+import faulthandler
 import glob
 import os
 import sys
@@ -22,6 +24,8 @@ import cupy
 import numpy as np
 
 import collectives as cc
+
+STALL_DUMP_S = 60.0  # test_cuda.py waits 90 s or more: where a hung rank is stuck
 
 
 def bad_inputs(comm):
@@ -133,6 +137,7 @@ def setup_fails(words: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    faulthandler.dump_traceback_later(STALL_DUMP_S)
     if sys.argv[1:2] == ["setup-fails"]:
         sys.exit(setup_fails(sys.argv[2:]))
     sys.exit(main())

@@ -11,18 +11,23 @@
   and the error that transport='cuda' gives without CuPy or a GPU.
 * On the stand-in only: a CUDA call of set-up that fails on one rank makes
   every rank raise (none waits in an MPI call), and ranks on two GPUs with
-  and without peer access.
+  and without peer access; "device memory" that a killed process left under
+  a pid that is now another's is not counted as that process's.
 """
 import json
 import os
+import subprocess
+import sys
 import tempfile
+import textwrap
+import time
 
 import pytest
 
 import collectives as cc
 from conformance import FAMILIES
 from conftest import STANDIN, check_family, standin_env
-from launch import run_mpi, shm_files
+from launch import ROOT, mpi_env, run_mpi, shm_files
 from transports.cuda import probe
 
 
@@ -35,6 +40,32 @@ SIDES = [pytest.param("cuda", {}, marks=gpu, id="gpu"),
 
 def _env(extra):
     return standin_env() if extra is None else extra
+
+
+def run_check(n: int, argv: list[str], timeout: float, **env: str):
+    """``run_mpi``, where a job still running after ``timeout`` s fails the
+    test with what its ranks printed (cuda_checks.py prints the stack of
+    every thread of a rank still running after STALL_DUMP_S)."""
+    try:
+        return run_mpi(n, argv, timeout=timeout, **env)
+    except subprocess.TimeoutExpired as e:
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or ""
+                    for x in (e.stdout, e.stderr))
+        pytest.fail(f"mpiexec -n {n} {' '.join(argv)} did not finish in {timeout} s\n"
+                    f"{out[-3000:]}\n{err[-8000:]}")
+
+
+def left_in_dev_shm(before: set[str], settle_s: float = 5.0) -> set[str]:
+    """Segments that appeared in /dev/shm since ``before`` and stay there.
+    Other jobs on this machine make segments too, each there only between
+    its creation and its unlinking by the same job (milliseconds), so a new
+    name counts only if it is still there ``settle_s`` later."""
+    left = shm_files() - before
+    end = time.monotonic() + settle_s
+    while left and time.monotonic() < end:
+        time.sleep(0.05)
+        left &= shm_files()
+    return left
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -61,9 +92,9 @@ def test_bytes_per_algorithm_on_cupy_arrays(side, extra, n):
 @pytest.mark.parametrize("side,extra", SIDES)
 def test_cupy_checks(side, extra, n):
     before = shm_files()  # each rank checks its own device memory (the stand-in's files)
-    p = run_mpi(n, ["tests/cuda_checks.py"], timeout=120, **_env(extra))
+    p = run_check(n, ["tests/cuda_checks.py"], timeout=120, **_env(extra))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert shm_files() <= before, "segments left in /dev/shm"
+    assert not left_in_dev_shm(before), "segments left in /dev/shm"
 
 
 # (what the stand-in makes fail on rank 1, in which set-up step)
@@ -79,26 +110,48 @@ def test_setup_failure_on_one_rank_raises_on_every_rank(call, step):
     naming rank 1, its call and the step, none waits in an MPI call, and no
     rank leaves device memory behind (checked by each rank)."""
     before = shm_files()
-    p = run_mpi(3, ["tests/cuda_checks.py", "setup-fails", "rank 1", call, step], timeout=90,
-                STANDIN_CUPY_FAIL=f"{call}:1", **standin_env())
+    p = run_check(3, ["tests/cuda_checks.py", "setup-fails", "rank 1", call, step], timeout=90,
+                  STANDIN_CUPY_FAIL=f"{call}:1", **standin_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert shm_files() <= before, "segments left in /dev/shm"
+    assert not left_in_dev_shm(before), "segments left in /dev/shm"
 
 
 def test_two_gpus_with_peer_access():
     """Ranks on two GPUs that can access each other: the CuPy checks pass."""
-    p = run_mpi(2, ["tests/cuda_checks.py"], timeout=120, STANDIN_CUPY_DEVICES="2",
-                **standin_env())
+    p = run_check(2, ["tests/cuda_checks.py"], timeout=120, STANDIN_CUPY_DEVICES="2",
+                  **standin_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
 
 
 def test_gpus_without_peer_access_are_named():
     """Two ranks on two GPUs that cannot access each other as peers: every
     rank raises, naming the cause."""
-    p = run_mpi(2, ["tests/cuda_checks.py", "setup-fails", "as a peer", "rank 0", "rank 1",
-                    "cudaDeviceCanAccessPeer"], timeout=90, STANDIN_CUPY_DEVICES="2",
-                STANDIN_CUPY_PEER_ACCESS="0", **standin_env())
+    p = run_check(2, ["tests/cuda_checks.py", "setup-fails", "as a peer", "rank 0", "rank 1",
+                      "cudaDeviceCanAccessPeer"], timeout=90, STANDIN_CUPY_DEVICES="2",
+                  STANDIN_CUPY_PEER_ACCESS="0", **standin_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_standin_removes_what_a_dead_process_of_its_pid_left():
+    """Pids are reused: the stand-in's files named after this pid are a killed
+    process's, and cuda_checks.py must not count them as this one's."""
+    code = textwrap.dedent("""
+        import os, sys
+        sys.path.insert(0, "tests")
+        stale = f"/dev/shm/standin-cuda-{os.getpid()}-9"
+        open(stale, "w").close()
+        try:
+            import cupy
+            from cuda_checks import left_behind
+            print(left_behind())
+        finally:
+            if os.path.exists(stale):
+                os.unlink(stale)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env=mpi_env(**standin_env()))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[]", p.stdout
 
 
 @pytest.mark.skipif(MISSING is None, reason="CuPy and a GPU are here")

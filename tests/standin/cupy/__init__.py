@@ -11,6 +11,11 @@ arrays and are not numpy arrays, so the library takes the device path for
 them.  This checks the transport's protocol (slots, offsets, handles,
 chunking, counters, errors), not GPU ordering: that needs a GPU.
 
+A process's "device memory" files are named after its pid.  A process
+killed before it freed them (a job stopped at its time limit) leaves them
+behind, and pids are reused: so the stand-in removes, when imported, the
+files named after its own pid, which can only be a dead process's.
+
 Environment (the rank is MPICH's ``PMI_RANK``):
 
 * ``STANDIN_CUPY_FAIL=CALL:RANK[,CALL:RANK...]``: ``runtime.CALL`` (or
@@ -23,6 +28,7 @@ Environment (the rank is MPICH's ``PMI_RANK``):
 from __future__ import annotations
 
 import ctypes
+import glob
 import itertools
 import mmap
 import os
@@ -36,6 +42,17 @@ _RANK = os.environ.get("PMI_RANK", "0")
 _FAIL = {c for c, _, r in (f.partition(":") for f in
                            os.environ.get("STANDIN_CUPY_FAIL", "").split(",")) if r == _RANK}
 _DEVICES = int(os.environ.get("STANDIN_CUPY_DEVICES") or 1)
+
+
+def _remove_stale() -> None:
+    for path in glob.glob(f"/dev/shm/{_PREFIX}{os.getpid()}-*"):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+_remove_stale()
 
 
 class CUDARuntimeError(RuntimeError):
@@ -286,7 +303,8 @@ class _Runtime(types.SimpleNamespace):
         return int(os.environ.get("STANDIN_CUPY_PEER_ACCESS", "1") != "0")
 
     def _map(self, name, size=None):
-        fd = os.open(f"/dev/shm/{name}", os.O_RDWR | (os.O_CREAT if size else 0), 0o600)
+        fd = os.open(f"/dev/shm/{name}", os.O_RDWR | (os.O_CREAT | os.O_EXCL if size else 0),
+                     0o600)
         try:
             if size:
                 os.ftruncate(fd, size)
