@@ -20,12 +20,29 @@ def dev_shm():
     ours, mpich = shm_files(), shm_files("mpich_shm_")
     yield
     left = shm_files() - ours
-    for f in shm_files("mpich_shm_") - mpich:
-        try:
+    for f in shm_files("mpich_shm_") - mpich - _mapped():
+        try:  # only files no live process maps: never a starting job's
             os.unlink(os.path.join("/dev/shm", f))
         except FileNotFoundError:
             pass
     assert not left, f"left in /dev/shm: {left}"
+
+
+def _mapped() -> set[str]:
+    """Names of /dev/shm files that some live process maps or holds open."""
+    names = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                names.update(line.rsplit("/", 1)[1].split()[0] for line in f
+                             if "/dev/shm/" in line)
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("/dev/shm/"):
+                    names.add(target[len("/dev/shm/"):].split()[0])
+        except OSError:
+            continue
+    return names
 
 
 def results(d: str, n: int, wait: float, victim: int) -> dict:
