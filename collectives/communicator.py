@@ -15,7 +15,7 @@ from . import debug, runtime
 from . import validate as v
 from .debug import CollectiveMismatch
 from .families import FAMILIES, offered
-from .ops import UFUNCS, Op, quietly, resolve
+from .ops import REDUCERS, Op, quietly, resolve
 from .p2p import PointToPoint
 from .small import SMALL_ALL_REDUCE_BYTES, SmallAllReduce, plain_out
 from .work import Executor, Work
@@ -261,7 +261,7 @@ class Communicator:
         name, alg = self._pick(c, algorithm, x.nbytes)
         of = None if out is None else out.reshape(-1)
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
-        uf = UFUNCS[o]
+        uf = REDUCERS[o]
 
         def body(ep):
             alg(ep, xf, of, uf, root)
@@ -292,7 +292,7 @@ class Communicator:
         o = resolve(op, x.dtype)
         out = args.reduce_scatter_out(x, out, *self._where)  # out may be x[rank] (in place)
         name, alg = self._pick(c, algorithm, x.nbytes)
-        xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
+        xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
 
         def body(ep):
             alg(ep, xf, of, uf)
@@ -339,9 +339,9 @@ class Communicator:
         out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         nb = x.nbytes
         if self._small and isinstance(x, np.ndarray):
-            self._small_ok[op, x.dtype] = (UFUNCS[o], o is Op.AVG, x.dtype.kind in "fc")
+            self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, x.dtype.kind in "fc")
         name, alg = self._pick(c, algorithm, nb)
-        xf, of, uf = x.reshape(-1), out.reshape(-1), UFUNCS[o]
+        xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
         takes_src = getattr(alg, "takes_src", False)
 
         def body(ep):

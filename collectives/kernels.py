@@ -84,6 +84,11 @@ def isas() -> tuple:
     return ("numpy",) + (_kernels.isas() if _kernels is not None else ())
 
 
+def compiled() -> bool:
+    """Whether calls take a compiled path now (not the numpy fallback)."""
+    return not _numpy
+
+
 def isa() -> str:
     """The path calls take now: an instruction set, or "numpy"."""
     return "numpy" if _numpy else _kernels.isa()
