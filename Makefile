@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 
-.PHONY: test bench bench-all benchmark-micro soak venv clean
+.PHONY: test bench bench-all benchmark-micro soak mutants venv clean
 
 venv: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ benchmark-micro: venv
 # descriptors, memory and /dev/shm watched (a minute or two on 2 cores)
 soak: venv
 	$(MPIEXEC) -n 4 $(PY) tests/soak.py --calls 10000
+
+# not part of make test: plant each bug of tests/mutant_list.py in a copy of
+# the tree and run the tests meant to catch it (docs/testing.md, "Mutants")
+mutants: venv
+	$(PY) tests/mutants.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache build collectives/_ntcopy*.so
