@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,19 +70,29 @@ def run_one(m: Mutant, base: Path, timeout: float) -> tuple[str, float, str]:
         env.setdefault("COLLECTIVES_TIMEOUT", "20")
         cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
         t0 = time.monotonic()
+        # a session of its own: on a timeout the whole group goes (pytest, the
+        # mpiexec it started and the ranks), not pytest alone
+        p = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
-                               timeout=timeout)
+            out, _ = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
             # a hang the tests did not turn into a failure counts as caught
             # only if the selection itself has a timeout; here it did not end
             return "TIMEOUT", time.monotonic() - t0, "the selection did not end"
+        finally:
+            try:  # whatever the selection left running (a rank of a failed job)
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         dt = time.monotonic() - t0
-        last = (p.stdout.strip().splitlines() or [""])[-1]
+        last = (out.strip().splitlines() or [""])[-1]
         if p.returncode == 0:
             return "SURVIVED", dt, last
         if p.returncode in (2, 3, 4, 5):  # interrupted, internal error, usage, no tests
-            return "STALE", dt, f"pytest exit {p.returncode}: {last}\n{p.stdout[-800:]}"
+            return "STALE", dt, f"pytest exit {p.returncode}: {last}\n{out[-800:]}"
         return "CAUGHT", dt, last
     finally:
         shutil.rmtree(tree, ignore_errors=True)
