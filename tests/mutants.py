@@ -57,6 +57,28 @@ def apply(tree: Path, m: Mutant) -> str | None:
     return None
 
 
+def end_leftovers(pgid: int, tree: Path) -> None:
+    """SIGKILL what a selection left running: its process group, and the
+    processes that work in its copy of the tree (MPICH's launcher puts each
+    rank in a session of its own, out of the group's reach), by pid."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(d / "cwd")
+        except OSError:  # gone, or not ours to read
+            continue
+        if cwd == str(tree) or cwd.startswith(f"{tree}/"):
+            try:
+                os.kill(int(d.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def run_one(m: Mutant, base: Path, timeout: float) -> tuple[str, float, str]:
     """(verdict, seconds, detail): CAUGHT, SURVIVED, STALE or TIMEOUT."""
     tree = base / m.name
@@ -68,6 +90,7 @@ def run_one(m: Mutant, base: Path, timeout: float) -> tuple[str, float, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
         env.setdefault("COLLECTIVES_TIMEOUT", "20")
+        env.update(dict(m.env))
         cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
         t0 = time.monotonic()
         # a session of its own: on a timeout the whole group goes (pytest, the
@@ -83,10 +106,7 @@ def run_one(m: Mutant, base: Path, timeout: float) -> tuple[str, float, str]:
             # only if the selection itself has a timeout; here it did not end
             return "TIMEOUT", time.monotonic() - t0, "the selection did not end"
         finally:
-            try:  # whatever the selection left running (a rank of a failed job)
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            end_leftovers(p.pid, tree)
         dt = time.monotonic() - t0
         last = (out.strip().splitlines() or [""])[-1]
         if p.returncode == 0:
@@ -113,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown mutants: {sorted(unknown)}")
     if a.list:
         for m in chosen:
-            print(f"{m.name:28} [{m.kind}] {m.file}: {m.why}\n{'':30}tests: {' '.join(m.tests)}")
+            env = "".join(f"{k}={v} " for k, v in m.env)
+            print(f"{m.name:28} [{m.kind}] {m.file}: {m.why}\n{'':30}tests: {env}"
+                  f"{' '.join(m.tests)}")
         return 0
     with tempfile.TemporaryDirectory(prefix="collectives-mutants-") as d:
         base = Path(d)
