@@ -42,6 +42,7 @@ import collectives as cc  # noqa: E402
 TIMEOUT = 3.0
 SLOW_TIMEOUT = 1.0  # the slow scenario's
 SLOW_NAP, SLOW_SLOTS = 0.004, 600
+SLOW_LIMIT = 15.0  # seconds a slow side polls before it reports "stuck" (its peer gave up)
 
 
 def write(outdir: str, rank: int, **info) -> None:
@@ -82,27 +83,35 @@ def stream(comm, calls: list[str]) -> None:
 
 
 def slow(comm) -> dict:
-    """The slow scenario on ranks 0 and 1: {phase: seconds, or "wrong data"}."""
+    """The slow scenario on ranks 0 and 1: {phase: seconds, "wrong data" or "stuck"}."""
     r = comm.rank
     x = np.arange(SLOW_SLOTS * 4096 // 8, dtype=np.float64)
     out = np.zeros_like(x)
     took = {}
 
-    def polled(h) -> None:  # each done() moves at most one slot
+    def polled(h) -> bool:  # each done() moves at most one slot
+        end = time.monotonic() + SLOW_LIMIT
         while not h.done():
+            if time.monotonic() > end:
+                return False
             time.sleep(SLOW_NAP)
+        return True
     for phase in ("slow sender", "slow receiver"):
         out[:] = 0
         t0 = time.monotonic()
+        moved = True
         if r == 0 and phase == "slow sender":
-            polled(comm.isend(x, 1))
+            moved = polled(comm.isend(x, 1))
         elif r == 0:
-            polled(comm.irecv(out, 1))
+            moved = polled(comm.irecv(out, 1))
         elif phase == "slow sender":  # rank 1 blocks while rank 0 trickles
             comm.recv(out, 0)
         else:
             comm.send(x, 0)
         took[phase] = time.monotonic() - t0
+        if not moved:
+            took[phase] = "stuck"
+            break
         if (r == 1) == (phase == "slow sender") and not np.array_equal(out, x):
             took[phase] = "wrong data"
     return took

@@ -4,6 +4,7 @@ repository, run the tests that should catch it, and report which did.
     make mutants                       # every mutant (about 20-30 minutes on 2 cores)
     python tests/mutants.py --list     # the mutants and their test selections
     python tests/mutants.py NAME ...   # only these
+    python tests/mutants.py --baseline # each selection on the tree as it is: all must pass
 
 Each mutant is found by the text it changes (``old`` must occur exactly once
 in its file), not by a line number, so the list survives refactoring: a
@@ -79,14 +80,19 @@ def end_leftovers(pgid: int, tree: Path) -> None:
                 pass
 
 
-def run_one(m: Mutant, base: Path, timeout: float) -> tuple[str, float, str]:
-    """(verdict, seconds, detail): CAUGHT, SURVIVED, STALE or TIMEOUT."""
+def run_one(m: Mutant, base: Path, timeout: float,
+            plant: bool = True) -> tuple[str, float, str]:
+    """(verdict, seconds, detail): CAUGHT, SURVIVED, STALE or TIMEOUT.
+    ``plant`` False: the selection on the tree as it is (``--baseline``)."""
     tree = base / m.name
     shutil.copytree(base / "_clean", tree, symlinks=True)
     try:
         why = apply(tree, m)
         if why:
             return "STALE", 0.0, why
+        if not plant:
+            shutil.rmtree(tree)
+            shutil.copytree(base / "_clean", tree, symlinks=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
         env.setdefault("COLLECTIVES_TIMEOUT", "20")
@@ -122,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help="run only these mutants")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--baseline", action="store_true",
+                    help="run each selection on the tree without its bug: every one must "
+                         "pass (else its CAUGHT means nothing)")
     ap.add_argument("--timeout", type=float, default=420,
                     help="seconds one mutant's test selection may run")
     ap.add_argument("--min-score", type=float, default=0.9,
@@ -143,12 +152,21 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         t_all = time.monotonic()
         for m in chosen:
-            verdict, dt, detail = run_one(m, base, a.timeout)
+            verdict, dt, detail = run_one(m, base, a.timeout, plant=not a.baseline)
+            if a.baseline:  # the selection passed (SURVIVED) or failed (CAUGHT) unplanted
+                verdict = {"SURVIVED": "PASSED", "CAUGHT": "FAILED"}.get(verdict, verdict)
             results.append((m, verdict))
             print(f"{verdict:8} {dt:6.0f}s  {m.name:28} [{m.kind}]  {detail.splitlines()[0] if detail else ''}",
                   flush=True)
             if verdict == "STALE":
                 print("         " + detail.replace("\n", "\n         "), flush=True)
+    if a.baseline:
+        bad = [m.name for m, v in results if v != "PASSED"]
+        print(f"\nselections that pass without their bug: {len(results) - len(bad)}/"
+              f"{len(results)} in {time.monotonic() - t_all:.0f} s")
+        if bad:
+            print("failing without their bug: " + ", ".join(bad))
+        return 1 if bad else 0
     caught = sum(v == "CAUGHT" for _, v in results)
     print(f"\nmutants caught: {caught}/{len(results)} = {caught / max(1, len(results)):.0%} "
           f"in {time.monotonic() - t_all:.0f} s")
