@@ -13,7 +13,7 @@ two, never line up with a copy of themselves).
   drawn), so that sums and products round, differently in every order of
   combination: a reduction that combines the ranks in another order than it
   promises gives other bits.  Their magnitudes are bounded so that results
-  stay finite (``MAX_ABS``): in [0.5, 2) with a random sign (complex: both
+  stay finite (``RANGES``): in [0.5, 2) with a random sign (complex: both
   parts); for ``prod`` in [0.75, 1.25) (complex parts in [0.5, 0.9)), so
   that products of a few dozen ranks neither overflow nor underflow, even
   in float16.
@@ -24,7 +24,9 @@ two, never line up with a copy of themselves).
 References: ``reduced`` is numpy's reduction over the ranks in rank order,
 ``((x_0 op x_1) op x_2) op ...`` in the dtype, ``avg`` then dividing by the
 number of ranks in the dtype: bit for bit what the algorithms that promise
-rank order compute (``direct``, ``two_shot``; docs/algorithms.md).
+rank order compute (``direct``, ``two_shot``; docs/algorithms.md), but for
+complex ``prod`` (numpy's complex multiplication gives other bits in other
+memory layouts: docs/testing.md, "Bits").
 ``stacked`` is the ranks' inputs one above the other.  Since every input has
 period PERIOD, so has every reduction: a reference is computed on one period
 at most and tiled, which keeps ``--check`` cheap at any size.
