@@ -64,7 +64,11 @@ def test_float_inputs_round_differently_in_every_order(dtype):
     for op in data.ops_for(dtype):
         ins = [data.make(dtype, 500, r, 7, op) for r in range(8)]
         ref = data.reduced(8, dtype, 500, op, 7)
-        data.expect_bits(_in_order(ins, range(8), op, dtype), ref, op)
+        same = _in_order(ins, range(8), op, dtype)
+        if dtype.startswith("complex") and op == "prod":  # layout-dependent bits in numpy
+            assert data.mismatches(same, ref) == 0
+        else:
+            data.expect_bits(same, ref, op)
         for k in range(5):
             order = rng.permutation(8) if k else np.roll(np.arange(8), 3)  # from rank 3
             got = _in_order(ins, order, op, dtype)
