@@ -41,9 +41,9 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   of a loop of ``iters`` calls that starts after a barrier.
 * ``algbw = S / time`` and ``busbw = algbw * factor``, in GB/s (1e9 bytes/s).
 * ``#wrong`` (with ``--check``) is the number of result elements, summed over
-  ranks, that differ from a numpy reference (integers exactly; floating
-  types within two units of the dtype's epsilon, relative: the inputs make
-  every order of reduction exact, see ``bench.data``).  It comes from one
+  ranks, that differ from a numpy reference (integers and moved data
+  exactly; floating reductions within the rounding that another order of
+  combining the ranks may give, see ``bench.data.tolerance``).  It comes from one
   call made after the timed loop, on outputs filled beforehand with values
   that match nowhere (NaN; the result plus one for integers) and, in place,
   on inputs restored; ``N/A`` without ``--check``.  Inputs are

@@ -4,7 +4,9 @@
 
 Every rank runs the cases of each family and checks its own result against
 a numpy reference that it computes from all ranks' (deterministic) inputs
-(``bench.data``).  Each family runs on three communicators in turn
+(``bench.data``), and, for the reducing calls, the bits the algorithm
+promises: the same on every rank (all_reduce), those of the rank-order
+reference (``RANK_ORDER``).  Each family runs on three communicators in turn
 (``COMMS``), each over a fresh ``cc.init()``:
 
 - ``world``: the communicator ``init`` gives, with every case of the family;
@@ -26,6 +28,7 @@ recorded as an error and the next one starts on a fresh communicator.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import os
@@ -39,8 +42,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import collectives as cc  # noqa: E402
-from bench.data import (DTYPES, expect, make, ops_for, poison, reduced,  # noqa: E402
-                        stacked)
+from bench.data import (DTYPES, expect, expect_bits, host, make, ops_for,  # noqa: E402
+                        poison, reduced, stacked)
 from expected_traffic import ring_all_reduce_uneven  # noqa: E402
 
 BIG = (1 << 20) + 3  # "over a million elements"
@@ -95,6 +98,52 @@ def check(got, want: np.ndarray, what: str = "result") -> None:
 
 def unchanged(x, x0, what="x"):
     assert bool(xp.array_equal(x, x0)), f"{what} was modified"
+
+
+# -- the bits that algorithms promise (docs/testing.md, "Bits") -----------------------
+
+# The algorithms that reduce in rank order, ((x_0 op x_1) op x_2) op ..., so
+# that their results are bit for bit ``reduced`` (docs/algorithms.md).  Checked
+# on numpy arrays (a GPU need not round float16 as numpy's float32 route does).
+RANK_ORDER = {"all_reduce": ("direct", "two_shot"), "reduce": ("direct",),
+              "reduce_scatter": ("direct",)}
+# all_reduce algorithms in which each element is reduced on one rank and copied
+COPIED = ("ring", "halving_doubling", "two_shot")
+
+
+def complex_prod(dtype, op) -> bool:
+    """numpy's complex multiplication is not reproducible bit for bit: its
+    SIMD loops fuse multiply and add, other paths do not, and which one an
+    element takes depends on the operands' layout (a·b and b·a differ; so
+    can the same product in a 1-element and a 513-element array)."""
+    return np.dtype(dtype).kind == "c" and op == "prod"
+
+
+def in_rank_order(call: str, alg: str, dtype, op) -> bool:
+    """Whether ``alg``'s result must be ``reduced``'s bits."""
+    return xp is np and alg in RANK_ORDER.get(call, ()) and not complex_prod(dtype, op)
+
+
+def same_bits_everywhere(alg: str, dtype, op) -> bool:
+    """Whether all_reduce ``alg`` gives every rank the same bits: every
+    algorithm does, but for complex ``prod`` only those that reduce each
+    element once and copy it (``COPIED``): elsewhere ranks multiply for
+    themselves, with operands swapped (``recursive_doubling``) or laid out
+    differently (``complex_prod``)."""
+    return alg in COPIED or not complex_prod(dtype, op)
+
+
+def digest(a) -> np.ndarray:
+    """A uint64 hash of the bytes of array ``a`` (None: of nothing)."""
+    b = b"" if a is None else np.ascontiguousarray(host(a)).tobytes()
+    return np.frombuffer(hashlib.blake2b(b, digest_size=8).digest(), np.uint64).copy()
+
+
+def other_bits(comm, got) -> list[int]:
+    """Collective (every rank calls it, whatever its result): the ranks whose
+    ``got`` differs in any bit from rank 0's, by an all-gather of digests."""
+    d = comm.all_gather(digest(got))
+    return [p for p in range(comm.size) if d[p, 0] != d[0, 0]]
 
 
 class Recorder:
@@ -256,14 +305,23 @@ def returned(got, o, want: np.ndarray, receives: bool = True) -> None:
 
 
 def run_all_reduce(comm, alg, c: Case, seed: int) -> None:
+    """Also: every rank holds the same bits (where the algorithm promises it;
+    ``alg`` None: the one the library picks), and those of ``reduced`` where
+    the algorithm reduces in rank order."""
     n, r = comm.size, comm.rank
     x = mk(c.dtype, c.shape, r, seed, c.op)
     x0, want = x.copy(), kept(reduced, n, c.dtype, c.shape, c.op, seed)
     o = x if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
+    name = alg or comm.choose_algorithm("all_reduce", x.nbytes)
     got = comm.all_reduce(x, out=o, op=c.op, algorithm=alg)
+    differ = other_bits(comm, got)
     if o is not x:
         unchanged(x, x0)
     returned(got, o, want)
+    if in_rank_order("all_reduce", name, c.dtype, c.op):
+        expect_bits(host(got), want, f"result of {name} (rank order)")
+    assert not differ or not same_bits_everywhere(name, c.dtype, c.op), \
+        f"ranks {differ} hold other bits than rank 0"
 
 
 def run_reduce(comm, alg, c: Case, seed: int) -> None:
@@ -277,6 +335,9 @@ def run_reduce(comm, alg, c: Case, seed: int) -> None:
     if o is not x:
         unchanged(x, x0)
     returned(got, o, want, r == c.root)
+    name = alg or comm.choose_algorithm("reduce", x.nbytes)
+    if r == c.root and in_rank_order("reduce", name, c.dtype, c.op):
+        expect_bits(got, want, f"result of {name} (rank order)")
 
 
 def run_reduce_scatter(comm, alg, c: Case, seed: int) -> None:
@@ -289,6 +350,9 @@ def run_reduce_scatter(comm, alg, c: Case, seed: int) -> None:
         x0[r] = x[r]
     unchanged(x, x0)
     returned(got, o, want)
+    name = alg or comm.choose_algorithm("reduce_scatter", x.nbytes)
+    if in_rank_order("reduce_scatter", name, c.dtype, c.op):
+        expect_bits(got, want, f"result of {name} (rank order)")
 
 
 def run_broadcast(comm, alg, c: Case, seed: int) -> None:
@@ -367,6 +431,49 @@ def planned(call: str):
                           lambda alg=alg, c=c: run(comm, alg, c, rec.salt + c.seed))
     family.__name__ = f"fam_{call}"
     return family
+
+
+# -- the library's own choice of algorithm ---------------------------------------------
+
+SMALL = 4096  # bytes: collectives/small.py's fast path takes all_reduce up to this
+# float32 elements (of a block): on either side of most choosers' switch points
+# (docs/algorithms.md); all_reduce also past its largest (256 KiB on shm)
+DEFAULT_COUNTS = (5, 20_000)
+DEFAULT_LARGE = 100_000
+
+
+def fam_default(comm, rec):
+    """``algorithm=None``.  all_reduce: every dtype with every op it takes
+    (lite: ``LITE``), four calls in a row with different inputs and out
+    modes: 3N+1 elements twice, exactly SMALL bytes, one element more.  On
+    shared memory the first call of an (op, dtype) takes the general path,
+    the next two the fast path (collectives/small.py), the last the general
+    path again, so a slip of the fast path, or state kept between calls,
+    shows.  The bits are checked as in the all_reduce family, for the
+    algorithm the library picks.  Every other call: float32 at counts
+    on either side of the choosers' switch points, the out modes turning."""
+    n, s = comm.size, rec.salt + 50_000
+    pairs = LITE if rec.lite else [(d, op) for d in DTYPES for op in ops_for(d)]
+    k = 0
+    for dtype, op in pairs:
+        dt = np.dtype(dtype)
+        for call, count in enumerate((3 * n + 1, 3 * n + 1, SMALL // dt.itemsize,
+                                      SMALL // dt.itemsize + 1)):
+            c = Case(dt, op, (count,), None, MODES[k % len(MODES)])
+            rec.check(f"all_reduce alg=None call #{call + 1} dtype={dt} op={op} count={count} "
+                      f"mode={c.mode}", lambda c=c, k=k: run_all_reduce(comm, None, c, s + k))
+            k += 1
+    for call, spec in SPECS.items():
+        if call == "all_reduce" and rec.lite:
+            continue
+        counts = DEFAULT_COUNTS + ((DEFAULT_LARGE,) if call == "all_reduce" else ())
+        for j, m in enumerate(counts):
+            shape = (n, m) if spec.blocked else (m,)
+            c = Case(np.dtype("float32"), "sum" if spec.reducing else None, shape,
+                     (j + k) % n if spec.rooted else None, spec.modes[(j + k) % len(spec.modes)])
+            rec.check(describe(call, "None", c),
+                      lambda call=call, c=c, k=k: RUNS[call](comm, None, c, s + k))
+            k += 1
 
 
 # -- barrier, point to point, async, split --------------------------------------------
@@ -520,7 +627,8 @@ def fam_split(comm, rec):
 FAMILIES = {name: planned(name) for name in
             ("all_reduce", "reduce", "reduce_scatter", "broadcast", "all_gather",
              "all_to_all", "gather", "scatter")}
-FAMILIES.update({f.__name__[4:]: f for f in [fam_barrier, fam_p2p, fam_async, fam_split]})
+FAMILIES.update({f.__name__[4:]: f for f in [fam_default, fam_barrier, fam_p2p, fam_async,
+                                              fam_split]})
 
 
 # -- the job ----------------------------------------------------------------------------

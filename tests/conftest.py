@@ -20,6 +20,11 @@ CMA_ENV = {"COLLECTIVES_SHM_CMA_BYTES": "4096", "COLLECTIVES_SHM_XCHG_BYTES": "4
 STANDIN = "cuda+standin"
 
 
+# comma-separated families: each job runs only these (make mutants uses it to
+# check one family quickly; unset, every family)
+FAMILIES_ENV = "CONFORMANCE_FAMILIES"
+
+
 def standin_env() -> dict:
     path = [str(ROOT / "tests" / "standin"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     return {"PYTHONPATH": os.pathsep.join(filter(None, path))}
@@ -34,8 +39,9 @@ def conformance_results(n: int, transport: str) -> dict:
     if key not in _cache:
         with tempfile.TemporaryDirectory() as d:
             env = CMA_ENV if transport == CMA else standin_env() if transport == STANDIN else {}
-            p = run_mpi(n, ["tests/conformance.py", transport.split("+")[0], d], timeout=600,
-                        COLLECTIVES_TIMEOUT="20", **env)
+            only = [f for f in os.environ.get(FAMILIES_ENV, "").split(",") if f]
+            p = run_mpi(n, ["tests/conformance.py", transport.split("+")[0], d, *only],
+                        timeout=600, COLLECTIVES_TIMEOUT="20", **env)
             merged: dict = {}
             for r in range(n):
                 path = os.path.join(d, f"rank{r}.json")

@@ -15,6 +15,11 @@ uncaught: rank 1 raises an uncaught exception while the others wait in a
        barrier: the excepthook that cc.init installs aborts the whole job.
 stall: the last rank arrives late, but before the timeout; the others log
        where they wait (COLLECTIVES_STALL_WARN) and finish normally.
+slow:  (2 ranks, one slot of 4 KiB per channel, a timeout of 1 s) a message
+       of SLOW_SLOTS slots moves one slot per poll of a handle that its owner
+       polls every SLOW_NAP s: about 2.4 s, more than twice the timeout, in
+       which the peer's blocking call sees progress every few ms and must
+       not time out.  Rank 0 is the slow sender, then the slow receiver.
 Every rank writes OUTDIR/rank<r>.json with its pid and what it saw, then
 leaves with os._exit (MPI cannot finalize with a dead peer).
 """
@@ -35,6 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import collectives as cc  # noqa: E402
 
 TIMEOUT = 3.0
+SLOW_TIMEOUT = 1.0  # the slow scenario's
+SLOW_NAP, SLOW_SLOTS = 0.004, 600
+SLOW_LIMIT = 15.0  # seconds a slow side polls before it reports "stuck" (its peer gave up)
 
 
 def write(outdir: str, rank: int, **info) -> None:
@@ -74,6 +82,41 @@ def stream(comm, calls: list[str]) -> None:
             comm.barrier()
 
 
+def slow(comm) -> dict:
+    """The slow scenario on ranks 0 and 1: {phase: seconds, "wrong data" or "stuck"}."""
+    r = comm.rank
+    x = np.arange(SLOW_SLOTS * 4096 // 8, dtype=np.float64)
+    out = np.zeros_like(x)
+    took = {}
+
+    def polled(h) -> bool:  # each done() moves at most one slot
+        end = time.monotonic() + SLOW_LIMIT
+        while not h.done():
+            if time.monotonic() > end:
+                return False
+            time.sleep(SLOW_NAP)
+        return True
+    for phase in ("slow sender", "slow receiver"):
+        out[:] = 0
+        t0 = time.monotonic()
+        moved = True
+        if r == 0 and phase == "slow sender":
+            moved = polled(comm.isend(x, 1))
+        elif r == 0:
+            moved = polled(comm.irecv(out, 1))
+        elif phase == "slow sender":  # rank 1 blocks while rank 0 trickles
+            comm.recv(out, 0)
+        else:
+            comm.send(x, 0)
+        took[phase] = time.monotonic() - t0
+        if not moved:
+            took[phase] = "stuck"
+            break
+        if (r == 1) == (phase == "slow sender") and not np.array_equal(out, x):
+            took[phase] = "wrong data"
+    return took
+
+
 class InjectedFault(RuntimeError):
     pass
 
@@ -101,7 +144,8 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
     if scenario != "uncaught":
         for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
-    comm = cc.init(transport=transport, timeout=60 if scenario == "uncaught" else TIMEOUT)
+    timeout = {"uncaught": 60, "slow": SLOW_TIMEOUT}.get(scenario, TIMEOUT)
+    comm = cc.init(transport=transport, timeout=timeout)
     r, n = comm.rank, comm.size
     write(outdir, r, state="started")
     t0 = time.monotonic()
@@ -146,6 +190,9 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
                 time.sleep(float(os.environ["COLLECTIVES_STALL_WARN"]) + 0.7)
             comm.all_reduce(np.ones(1000))
             write(outdir, r, state="no error")
+        elif scenario == "slow":
+            took = slow(comm) if r < 2 else {}
+            write(outdir, r, state="no error", took=took)
         elif scenario == "uncaught":
             if r == 1:
                 raise RuntimeError("an error in rank 1's own code")
@@ -155,7 +202,9 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
         write(outdir, r, state="error", error=type(e).__name__, message=str(e),
               call=e.call, ranks=e.ranks, seconds=time.monotonic() - t0,
               timeout_error=isinstance(e, TimeoutError))
-    linger(outdir, n, skip={1} if scenario in ("kill", "raise", "trainer") else {n - 1})
+    skip = {1} if scenario in ("kill", "raise", "trainer") else set() if scenario == "slow" \
+        else {n - 1}
+    linger(outdir, n, skip=skip)
     os._exit(0)
 
 

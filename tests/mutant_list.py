@@ -9,12 +9,163 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    kind: str          # what it breaks: collectives, transports, trainer, bench, errors
+    kind: str          # what it breaks: bits, faults, bench, collectives, transports, trainer
     file: str
     old: str           # must occur exactly once in file
     new: str
     tests: tuple       # pytest arguments: the selection that should catch it
     why: str = ""
+    env: tuple = ()    # (name, value) pairs set for the selection
 
 
-MUTANTS: list[Mutant] = []
+def conformance(n: int, transport: str, *families: str) -> dict:
+    """``tests`` and ``env`` of a Mutant: the conformance tests of these
+    families, in one job of n ranks that runs only them (conftest.py's
+    CONFORMANCE_FAMILIES: a family knocked out of step by a bug costs a
+    timeout of its own, and could hang another family's MPI calls)."""
+    return {"tests": tuple(f"tests/test_conformance.py::test_family[{n}-{transport}-{f}]"
+                           for f in families),
+            "env": (("CONFORMANCE_FAMILIES", ",".join(families)),)}
+
+
+KILLED = "tests/test_faults.py::test_killed_rank"
+TRAINER = "tests/test_trainer.py::test_same_weights_as_one_rank"
+BENCH = "tests/test_bench_cli.py"
+
+MUTANTS: list[Mutant] = [
+    # -- the bits a reduction promises (docs/testing.md, "Bits") ---------------------
+    Mutant("direct_from_own_rank", "bits", "collectives/all_reduce.py",
+           "    in_rank_order(ep.exchange(src), op, out)",
+           "    v = ep.exchange(src)\n    in_rank_order(v[ep.rank:] + v[:ep.rank], op, out)",
+           **conformance(3, "shm", "all_reduce", "default"),
+           why="each rank reduces starting from its own contribution: right within rounding, "
+           "other bits on every rank (the small fast path runs this too)"),
+    Mutant("two_shot_from_own_rank", "bits", "collectives/all_reduce.py",
+           "            in_rank_order(parts, op, mine[res:res + m])",
+           "            in_rank_order(parts[r:] + parts[:r], op, mine[res:res + m])",
+           **conformance(3, "shm", "all_reduce"),
+           why="each piece reduced from its owner's rank: every rank the same bits, not rank order"),
+    Mutant("reduce_scatter_reversed", "bits", "collectives/reduce_scatter.py",
+           "for p in range(n)], op,", "for p in range(n)][::-1], op,",
+           **conformance(3, "shm", "reduce_scatter"),
+           why="direct reduce-scatter combines the ranks last to first"),
+    Mutant("small_path_forgets_avg", "bits", "collectives/small.py",
+           "        if self.avg:", "        if False:  # avg",
+           **conformance(3, "shm", "default"),
+           why="the small all-reduce fast path (from the second call of an op and dtype) "
+           "does not divide by the number of ranks"),
+    # -- faults --------------------------------------------------------------------------
+    Mutant("dead_peer_unseen", "faults", "transports/base.py",
+           "        return [r for r in ranks if self.local[r] and not _alive(self.pids[r])]",
+           "        return []",
+           (f"{KILLED}[2-shm-all_reduce]", f"{KILLED}[2-mpi-all_reduce]"),
+           "the liveness check never finds a dead peer: a kill shows as a timeout"),
+    Mutant("zombie_alive", "faults", "transports/base.py",
+           '.split()[0] != b"Z"', '.split()[0] != b"?"',
+           ("tests/test_liveness.py",),
+           "a process that has exited but is not reaped counts as alive (the launchers "
+           "reap at once, so only the unit test sees one)"),
+    Mutant("timeout_doubled", "faults", "transports/base.py",
+           "        if now >= self.expires:", "        if now >= self.expires + self.timeout:",
+           ("tests/test_faults.py::test_late_rank_times_out[3-shm]",),
+           "a late rank is reported after twice the timeout"),
+    Mutant("deadline_not_restarted", "faults", "transports/base.py",
+           "        self.expires = time.monotonic() + self.timeout",
+           "        self.expires = self.expires",
+           ("tests/test_faults.py::test_a_transfer_that_keeps_moving_does_not_time_out",),
+           "progress does not restart the deadline: a long transfer times out"),
+    # -- the benchmark's check -----------------------------------------------------------
+    Mutant("bench_checks_mpi_output", "bench", "bench/cases.py",
+           "        return self.ip if in_place else self.out",
+           "        return self.ip if in_place else self.mout",
+           (f"{BENCH}::test_out_of_place_checks_catch_a_stale_result",
+            f"{BENCH}::test_a_wrong_baseline_is_not_counted_as_ours"),
+           "#wrong counts MPI's output instead of ours"),
+    Mutant("bench_no_poison", "bench", "bench/cases.py",
+           "            _put(self.out, data.poison(want))", "            pass",
+           (f"{BENCH}::test_out_of_place_checks_catch_a_stale_result",),
+           "the output is not poisoned before the checked call: a stale result passes"),
+    Mutant("bench_in_place_not_restored", "bench", "bench/runner.py",
+           "        case.reset(in_place)", "        case.reset()",
+           (f"{BENCH}::test_all_reduce_checked_rows",),
+           "the checked in-place call starts from the timed loop's values, not the inputs"),
+    Mutant("busbw_factor", "bench", "bench/cases.py",
+           '"allreduce": 2 * (n - 1) / n', '"allreduce": (n - 1) / n',
+           (f"{BENCH}::test_all_reduce_checked_rows",),
+           "all_reduce's bus bandwidth with the all-gather's factor"),
+    Mutant("reference_ignores_offset", "bench", "bench/data.py",
+           "np.int64) + offset) % PERIOD", "np.int64)) % PERIOD",
+           ("tests/test_data.py",),
+           "inputs ignore their offset: the references of blocks are wrong"),
+    # -- algorithms ------------------------------------------------------------------------
+    Mutant("ring_owned_block", "collectives", "collectives/ring.py",
+           "    return (p + 1 + shift) % n", "    return (p + shift) % n",
+           **conformance(3, "shm", "all_reduce"),
+           why="the ring reduce-scatter names the wrong block as reduced"),
+    Mutant("fold_mapping", "collectives", "collectives/ranks.py",
+           "        return 2 * new + 1 if new < self.rem else new + self.rem",
+           "        return 2 * new + 1 if new <= self.rem else new + self.rem",
+           **conformance(3, "shm", "all_reduce"),
+           why="the fold maps the first rank after the pairs to a wrong world rank"),
+    Mutant("block_bounds", "collectives", "collectives/ranks.py",
+           "        acc += q + (i < r)", "        acc += q + (i <= r)",
+           ("tests/test_traffic.py::test_bytes_per_algorithm[shm-3]",),
+           "one block too many one element longer, the last one cut short: every rank "
+           "agrees, so results stay right, but the ring's bytes per rank are off"),
+    Mutant("halving_doubling_half", "collectives", "collectives/all_reduce.py",
+           "(lo - mask, lo) if f.new & mask else (hi, hi + mask)",
+           "(hi, hi + mask) if f.new & mask else (lo - mask, lo)",
+           **conformance(4, "shm", "all_reduce"),
+           why="halving_doubling's all-gather (by doubling) exchanges the wrong half"),
+    Mutant("reduce_scatter_gather_block", "collectives", "collectives/reduce.py",
+           "        blk = (r + 1) % n", "        blk = r % n",
+           **conformance(3, "shm", "reduce"),
+           why="root collects each rank's block at the wrong place"),
+    Mutant("all_to_all_index_swap", "collectives", "collectives/all_to_all.py",
+           "ep.sendrecv(x[dst * m:(dst + 1) * m], dst, out[src * m:(src + 1) * m], src)",
+           "ep.sendrecv(x[src * m:(src + 1) * m], dst, out[dst * m:(dst + 1) * m], src)",
+           **conformance(3, "shm", "all_to_all"),
+           why="pairwise all-to-all swaps the send and receive block indices"),
+    Mutant("scatter_root_block", "collectives", "collectives/gather.py",
+           "    np.copyto(out, x[root * m:(root + 1) * m])", "    np.copyto(out, x[:m])",
+           **conformance(3, "shm", "scatter"),
+           why="a root other than 0 keeps block 0 instead of its own"),
+    Mutant("broadcast_ring_order", "collectives", "collectives/broadcast.py",
+           "    order = [absolute(v, root, n) for v in range(n)]", "    order = list(range(n))",
+           **conformance(3, "shm", "broadcast"),
+           why="scatter_allgather's ring ignores the root"),
+    Mutant("avg_on_ints", "collectives", "collectives/ops.py",
+           'if o is Op.AVG and dtype.kind not in "fc":', 'if o is Op.AVG and dtype.kind not in "fciu":',
+           ("tests/test_data.py::test_ops_for_follows_the_interface",
+            "tests/test_errors.py::test_bad_input_world_of_one"),
+           "avg accepted on integer dtypes"),
+    Mutant("leading_size_unchecked", "collectives", "collectives/validate.py",
+           "    if x.ndim == 0 or x.shape[0] != size:", "    if x.ndim == 0:",
+           ("tests/test_errors.py::test_bad_input_world_of_one",
+            "tests/test_errors.py::test_bad_input_under_mpiexec[shm-3]"),
+           "a missing size check: x's leading dimension is not the communicator's size"),
+    Mutant("segment_readable", "transports", "transports/shm_segment.py",
+           "os.O_EXCL | os.O_NOFOLLOW, 0o600)", "os.O_EXCL | os.O_NOFOLLOW, 0o644)",
+           ("tests/test_security.py::test_segment_is_private_exclusive_and_unguessable",),
+           "the segment is created readable by every user"),
+    Mutant("p2p_tag_ignored", "transports", "transports/shm_slots.py",
+           "            if r.tag == tag:", "            if True:",
+           **conformance(2, "shm", "p2p"),
+           why="a message goes to the oldest posted receive from its sender, whatever its tag"),
+    # -- the trainer -----------------------------------------------------------------------
+    Mutant("zero_accumulation_lost", "trainer", "trainer/strategies/zero.py",
+           "                    piece += own", "                    piece[:] = own",
+           (f"{TRAINER}[shm-2]",),
+           "ZeRO-2/3 keep only the last micro-batch's gradient shard"),
+    Mutant("ddp_bucket_averaged", "trainer", "trainer/strategies/ddp.py",
+           "return self.comm.all_reduce(b, out=b, algorithm=",
+           "return self.comm.all_reduce(b, out=b, op=\"avg\", algorithm=",
+           (f"{TRAINER}[shm-2]",),
+           "DDP averages its gradient buckets although the loss is already divided by the "
+           "global batch: gradients N times too small"),
+    Mutant("zero_shard_offset", "trainer", "trainer/strategies/zero.py",
+           "(self.lay.shard_start[g], mine[g], param_piece(g))",
+           "(self.lay.start[g], mine[g], param_piece(g))",
+           (f"{TRAINER}[shm-2]",),
+           "Adam updates a group at its offset in the flat buffer, not in the shard"),
+]

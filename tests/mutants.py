@@ -4,6 +4,7 @@ repository, run the tests that should catch it, and report which did.
     make mutants                       # every mutant (about 20-30 minutes on 2 cores)
     python tests/mutants.py --list     # the mutants and their test selections
     python tests/mutants.py NAME ...   # only these
+    python tests/mutants.py --baseline # each selection on the tree as it is: all must pass
 
 Each mutant is found by the text it changes (``old`` must occur exactly once
 in its file), not by a line number, so the list survives refactoring: a
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,32 +58,67 @@ def apply(tree: Path, m: Mutant) -> str | None:
     return None
 
 
-def run_one(m: Mutant, base: Path, timeout: float) -> tuple[str, float, str]:
-    """(verdict, seconds, detail): CAUGHT, SURVIVED, STALE or TIMEOUT."""
+def end_leftovers(pgid: int, tree: Path) -> None:
+    """SIGKILL what a selection left running: its process group, and the
+    processes that work in its copy of the tree (MPICH's launcher puts each
+    rank in a session of its own, out of the group's reach), by pid."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(d / "cwd")
+        except OSError:  # gone, or not ours to read
+            continue
+        if cwd == str(tree) or cwd.startswith(f"{tree}/"):
+            try:
+                os.kill(int(d.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def run_one(m: Mutant, base: Path, timeout: float,
+            plant: bool = True) -> tuple[str, float, str]:
+    """(verdict, seconds, detail): CAUGHT, SURVIVED, STALE or TIMEOUT.
+    ``plant`` False: the selection on the tree as it is (``--baseline``)."""
     tree = base / m.name
     shutil.copytree(base / "_clean", tree, symlinks=True)
     try:
         why = apply(tree, m)
         if why:
             return "STALE", 0.0, why
+        if not plant:
+            shutil.rmtree(tree)
+            shutil.copytree(base / "_clean", tree, symlinks=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
         env.setdefault("COLLECTIVES_TIMEOUT", "20")
+        env.update(dict(m.env))
         cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
         t0 = time.monotonic()
+        # a session of its own: on a timeout the whole group goes (pytest, the
+        # mpiexec it started and the ranks), not pytest alone
+        p = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
-                               timeout=timeout)
+            out, _ = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
             # a hang the tests did not turn into a failure counts as caught
             # only if the selection itself has a timeout; here it did not end
             return "TIMEOUT", time.monotonic() - t0, "the selection did not end"
+        finally:
+            end_leftovers(p.pid, tree)
         dt = time.monotonic() - t0
-        last = (p.stdout.strip().splitlines() or [""])[-1]
+        last = (out.strip().splitlines() or [""])[-1]
         if p.returncode == 0:
             return "SURVIVED", dt, last
         if p.returncode in (2, 3, 4, 5):  # interrupted, internal error, usage, no tests
-            return "STALE", dt, f"pytest exit {p.returncode}: {last}\n{p.stdout[-800:]}"
+            return "STALE", dt, f"pytest exit {p.returncode}: {last}\n{out[-800:]}"
         return "CAUGHT", dt, last
     finally:
         shutil.rmtree(tree, ignore_errors=True)
@@ -91,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help="run only these mutants")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--baseline", action="store_true",
+                    help="run each selection on the tree without its bug: every one must "
+                         "pass (else its CAUGHT means nothing)")
     ap.add_argument("--timeout", type=float, default=420,
                     help="seconds one mutant's test selection may run")
     ap.add_argument("--min-score", type=float, default=0.9,
@@ -102,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown mutants: {sorted(unknown)}")
     if a.list:
         for m in chosen:
-            print(f"{m.name:28} [{m.kind}] {m.file}: {m.why}\n{'':30}tests: {' '.join(m.tests)}")
+            env = "".join(f"{k}={v} " for k, v in m.env)
+            print(f"{m.name:28} [{m.kind}] {m.file}: {m.why}\n{'':30}tests: {env}"
+                  f"{' '.join(m.tests)}")
         return 0
     with tempfile.TemporaryDirectory(prefix="collectives-mutants-") as d:
         base = Path(d)
@@ -110,12 +152,21 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         t_all = time.monotonic()
         for m in chosen:
-            verdict, dt, detail = run_one(m, base, a.timeout)
+            verdict, dt, detail = run_one(m, base, a.timeout, plant=not a.baseline)
+            if a.baseline:  # the selection passed (SURVIVED) or failed (CAUGHT) unplanted
+                verdict = {"SURVIVED": "PASSED", "CAUGHT": "FAILED"}.get(verdict, verdict)
             results.append((m, verdict))
             print(f"{verdict:8} {dt:6.0f}s  {m.name:28} [{m.kind}]  {detail.splitlines()[0] if detail else ''}",
                   flush=True)
             if verdict == "STALE":
                 print("         " + detail.replace("\n", "\n         "), flush=True)
+    if a.baseline:
+        bad = [m.name for m, v in results if v != "PASSED"]
+        print(f"\nselections that pass without their bug: {len(results) - len(bad)}/"
+              f"{len(results)} in {time.monotonic() - t_all:.0f} s")
+        if bad:
+            print("failing without their bug: " + ", ".join(bad))
+        return 1 if bad else 0
     caught = sum(v == "CAUGHT" for _, v in results)
     print(f"\nmutants caught: {caught}/{len(results)} = {caught / max(1, len(results)):.0%} "
           f"in {time.monotonic() - t_all:.0f} s")

@@ -26,7 +26,12 @@ TOP_KEYS = {"collective", "n", "transport", "dtype", "memcpy_gbps", "rows"}
 pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec at {MPIEXEC}")
 
 
-# python -c: the benchmark on a library whose in-place all_reduce leaves x as it was
+# python -c: the benchmark on a broken library or a broken baseline
+RUN = """
+from bench.__main__ import _run
+sys.exit(_run())
+"""
+# a library whose in-place all_reduce leaves x as it was
 BROKEN_IN_PLACE = """
 import sys
 import collectives
@@ -37,9 +42,37 @@ def all_reduce(self, x, out=None, *args, **kw):
         return x
     return real(self, x, out, *args, **kw)
 collectives.Communicator.all_reduce = all_reduce
-from bench.__main__ import _run
-sys.exit(_run())
-"""
+""" + RUN
+# a library whose out-of-place all_reduce writes a given out on its first call
+# only, and later returns it as it is (a stale result): every rank skips the
+# same calls, so the job stays in step
+BROKEN_OUT_OF_PLACE = """
+import sys
+import collectives
+real = collectives.Communicator.all_reduce
+written = {}  # id -> out, kept alive so that no id is reused
+def all_reduce(self, x, out=None, *args, **kw):
+    if out is None or out is x:
+        return real(self, x, out, *args, **kw)
+    if id(out) in written:
+        return out
+    written[id(out)] = out
+    return real(self, x, out, *args, **kw)
+collectives.Communicator.all_reduce = all_reduce
+""" + RUN
+# MPI's all-reduce (the baseline) leaves a wrong result in its output
+BROKEN_BASELINE = """
+import sys
+from bench import cases
+real = cases.AllReduce.mpi
+def mpi(self):
+    call = real(self)
+    def wrong():
+        call()
+        self.mout[...] = -self.mout - 1
+    return wrong
+cases.AllReduce.mpi = mpi
+""" + RUN
 
 
 def _bench(n: int, *args: str, timeout: float = 60, module: str = "bench",
@@ -53,6 +86,12 @@ def _bench(n: int, *args: str, timeout: float = 60, module: str = "bench",
                        timeout=timeout)
     assert p.returncode == status, f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
     return p
+
+
+def factor(collective: str, n: int) -> float:
+    """busbw / algbw (bench/__init__.py's table)."""
+    return {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}.get(
+        collective, (n - 1) / n)
 
 
 def _check_result(res: dict, collective: str, n: int) -> None:
@@ -107,6 +146,9 @@ def test_all_collectives_three_ranks(tmp_path):
                      "all_to_all", "gather", "scatter", "barrier"]
     for res in results:
         _check_result(res, res["collective"], 3)
+        for row in res["rows"]:
+            if res["collective"] != "barrier":
+                assert row["busbw"] == pytest.approx(row["algbw"] * factor(res["collective"], 3))
     sizes = {r["collective"]: [row["bytes"] for row in r["rows"]] for r in results}
     assert sizes["all_gather"] == [1020, 16380]  # n whole blocks of float32
     assert sizes["barrier"] == [0]
@@ -124,6 +166,34 @@ def test_in_place_checks_catch_a_wrong_result(tmp_path):
     row = json.loads(out.read_text())["rows"][0]
     assert row["wrong"] == 0 and row["inplace_wrong"] > 100, row
     assert "WRONG RESULTS" in p.stdout
+
+
+def test_out_of_place_checks_catch_a_stale_result(tmp_path):
+    """#wrong counts our out-of-place result, not MPI's (which is right here),
+    on an output poisoned before the checked call: a library that leaves a
+    given out as its first call wrote it shows every element wrong (2 ranks
+    of 1024) out of place, none in place, and the job fails."""
+    out = tmp_path / "ar.json"
+    p = _bench(2, "all_reduce", "-b", "4K", "-e", "4K", "-n", "2", "-w", "1", "--check",
+               "--json", str(out), code=BROKEN_OUT_OF_PLACE, status=1)
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["count"] == 1024 and row["mpi_time_us"] is not None, row
+    assert row["wrong"] == 2 * 1024 and row["inplace_wrong"] == 0, row
+    assert "WRONG RESULTS" in p.stdout
+
+
+def test_a_wrong_baseline_is_not_counted_as_ours(tmp_path):
+    """MPI's output is not what #wrong checks: a baseline that leaves a wrong
+    result changes nothing in our columns, and the job succeeds."""
+    out = tmp_path / "ar.json"
+    p = _bench(2, "all_reduce", "-b", "4K", "-e", "64K", "-f", "16", "-n", "2", "-w", "1",
+               "--check", "--json", str(out), code=BROKEN_BASELINE)
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["wrong"] == 0 and row["inplace_wrong"] == 0, row
+        assert row["mpi_time_us"] is not None, row
+    assert "WRONG RESULTS" not in p.stdout
 
 
 def test_probes_print_their_figures():

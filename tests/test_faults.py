@@ -1,5 +1,7 @@
 """A rank that never arrives, and a rank killed mid-stream: every survivor ends
-with an error within the timeout, no process is left, /dev/shm stays clean."""
+with an error within the timeout (a dead peer on this host named as such),
+no process is left, /dev/shm stays clean; a transfer that keeps moving does
+not time out."""
 import json
 import os
 import tempfile
@@ -10,6 +12,7 @@ import pytest
 from launch import GFORKER, run_mpi, shm_files, start_mpi
 
 TIMEOUT = 3.0  # faults.TIMEOUT
+SLOW_TIMEOUT = 1.0  # faults.SLOW_TIMEOUT
 
 
 @pytest.fixture(autouse=True)
@@ -113,7 +116,8 @@ def test_late_rank_times_out(transport, n):
         assert info["state"] == "error", info
         assert info["error"] == "CollectiveTimeout" and info["timeout_error"], info
         assert info["call"] == "all_reduce" and "all_reduce" in info["message"], info
-        assert info["seconds"] < TIMEOUT + 5, info
+        # after the timeout, not long after (a deadline of twice the timeout fails)
+        assert TIMEOUT <= info["seconds"] < TIMEOUT + 1.5, info
         assert info["ranks"], info
     if transport == "shm":  # the arrival board names exactly the late rank
         assert all(res[r]["ranks"] == [n - 1] for r in range(n - 1)), res
@@ -124,24 +128,40 @@ def test_late_rank_times_out(transport, n):
 @pytest.mark.parametrize("transport", ["shm", "mpi"])
 @pytest.mark.parametrize("n", [2, 4, 7])
 def test_killed_rank(transport, n, calls):
-    _survivors_fail(fault_job(n, "kill", transport, [calls]), n)
+    _survivors_fail(fault_job(n, "kill", transport, [calls]), n, transport, calls)
 
 
 FAMILIES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
             "gather", "scatter", "barrier", "p2p"]
 
 
-def _survivors_fail(res: dict, n: int, victim: int = 1, told: bool = False) -> None:
-    """Every survivor ends with an error within the timeout; ``told``: the
-    victim raised inside the call and tells the others (CollectiveError)."""
+def _survivors_fail(res: dict, n: int, transport: str, calls: str, victim: int = 1,
+                    told: bool = False) -> None:
+    """Every survivor raised PeerFailure or CollectiveTimeout in time, and
+    every process is gone.  The victim ran on this host, so its death is
+    seen (docs/api.md: PeerFailure within about 50 ms): a survivor that
+    waits on it raises PeerFailure naming it, and there is always one.  On
+    shm every survivor inside a collective does, since the collective
+    endpoint watches every peer; elsewhere (MPI, which watches the peers of
+    its pending requests, and send/recv) a survivor waiting on another
+    survivor that has given up may time out instead.  ``told``: the victim
+    raised inside the call before it left, and tells the others, who may
+    raise its CollectiveError (naming it) instead of PeerFailure."""
     assert set(res) == set(range(n)), f"ranks without a report: {set(range(n)) - set(res)}"
+    naming = ("PeerFailure", "CollectiveError") if told else ("PeerFailure",)
     allowed = ("PeerFailure", "CollectiveTimeout") + (("CollectiveError",) if told else ())
-    for r, info in res.items():
-        if r == victim:
-            continue
+    survivors = {r: info for r, info in res.items() if r != victim}
+    for r, info in survivors.items():
         assert info["state"] == "error", (r, info)
         assert info["error"] in allowed, (r, info)
         assert info["seconds"] < TIMEOUT + 15, (r, info)
+    named = {r for r, info in survivors.items() if info["error"] in naming
+             and info["ranks"] == [victim]
+             and (f"[{victim}]" in info["message"] or f"rank {victim} " in info["message"])}
+    assert named, f"no survivor raised PeerFailure naming rank {victim}: {survivors}"
+    if transport == "shm" and calls != "p2p":
+        assert named == set(survivors), \
+            f"survivors without PeerFailure naming rank {victim}: {survivors}"
     for info in res.values():
         assert gone(info["pid"]), f"process {info['pid']} is still running"
 
@@ -156,12 +176,12 @@ def test_fault_inside_each_collective(i, family, mode, transport):
     res = fault_job(n, mode, transport, [family])
     if mode == "raise":
         assert res.get(1, {}).get("state") == "raised", res.get(1)
-    _survivors_fail(res, n, told=mode == "raise")
+    _survivors_fail(res, n, transport, family, told=mode == "raise")
 
 
 @pytest.mark.parametrize("strategy,transport", [("ddp", "shm"), ("zero3", "mpi")])
 def test_fault_inside_a_trainer_step(strategy, transport):
-    _survivors_fail(fault_job(3, "trainer", transport, [strategy]), 3)
+    _survivors_fail(fault_job(3, "trainer", transport, [strategy]), 3, transport, strategy)
 
 
 def test_uncaught_exception_aborts_the_job():
@@ -176,6 +196,25 @@ def test_uncaught_exception_aborts_the_job():
     assert took < 20, took
     assert "no error" not in states, states  # the others were ended inside their barrier
     # (what rank 1 printed may be cut short: hydra tears the job down at once)
+
+
+def test_a_transfer_that_keeps_moving_does_not_time_out():
+    """The timeout counts time without progress, not the length of a call: a
+    message through one 4 KiB slot that its sender, then its receiver,
+    trickles out a slot at a time for over twice the timeout (1 s) arrives,
+    and the peer's blocking call, which sees progress every few ms, does
+    not time out."""
+    with tempfile.TemporaryDirectory() as d:
+        p = run_mpi(2, ["tests/faults.py", "slow", "shm", d], timeout=60,
+                    COLLECTIVES_SHM_SLOT_BYTES="4096", COLLECTIVES_SHM_SLOTS="1")
+        res = results(d, 2, wait=5, victim=-1)
+    assert set(res) == {0, 1}, (p.returncode, p.stderr[-3000:])
+    for r, info in res.items():
+        assert info["state"] == "no error", (r, info)
+        assert len(info["took"]) == 2, (r, info)
+        for phase, took in info["took"].items():
+            assert not isinstance(took, str), (r, phase, took)  # "wrong data", "stuck"
+            assert took > 2 * SLOW_TIMEOUT, (r, phase, took)  # longer than the timeout
 
 
 @pytest.mark.parametrize("transport", ["shm", "mpi"])

@@ -57,8 +57,15 @@ def test_segment_is_private_exclusive_and_unguessable():
 
 
 def test_other_user_cannot_attach():
+    """A process of another user (uid 65534, 'nobody': a child that drops
+    root's privileges) cannot open the segment, while it opens a control
+    file of mode 0666 beside it.  Only root can start a process as another
+    user, so this SKIPS when the suite does not run as root (CI runs it as
+    root); the segment's mode is checked as any user."""
     if os.getuid() != 0:
-        pytest.skip("needs root to run a child as another user (uid 65534)")
+        pytest.skip("not root: no process can be started as another user (uid 65534) "
+                    "to try the segment; its 0600 mode is checked by "
+                    "test_segment_is_private_exclusive_and_unguessable")
     for seen in job("segment")[1]["setup"]:
         assert seen["other_user"] == "denied", seen
         # the control shows that uid 65534 could open the segment if its mode allowed it
