@@ -187,16 +187,24 @@ def tolerance(n: int, dtype, op: str) -> Tol:
 def reduced(n: int, dtype, shape: Shape, op: str = "sum", seed: int = 0,
             offset: int = 0) -> Reference:
     """The reduction by ``op`` of ranks 0..n-1's ``make(..., offset)``, in rank
-    order and in the dtype (``avg``: then divided by n), with its tolerance."""
+    order and in the dtype (``avg``: then divided by n), with its tolerance;
+    half precision accumulates in float32 and rounds once, as the library's
+    reductions of N contributions do (docs/api.md)."""
     dt, shape = np.dtype(dtype), _shape(shape)
     count = int(np.prod(shape, dtype=np.int64))
     m = min(count, PERIOD)
     o = resolve(op, dt)
     uf = UFUNCS[o]
     parts = (make(dt, m, r, seed, op, offset) for r in range(n))
-    acc = next(parts)
-    for p in parts:
-        uf(acc, p, out=acc)
+    if dt.itemsize == 2 and dt.kind not in "iu":  # half precision: float32, one rounding
+        wide = next(parts).astype(np.float32)
+        for p in parts:
+            uf(wide, p.astype(np.float32), out=wide)
+        acc = wide.astype(dt)
+    else:
+        acc = next(parts)
+        for p in parts:
+            uf(acc, p, out=acc)
     if o is Op.AVG:
         np.true_divide(acc, n, out=acc)  # as the library divides: in the dtype
     ref = _tile(acc, count).reshape(shape).view(Reference)

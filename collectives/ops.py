@@ -110,11 +110,12 @@ def in_rank_order(parts: Sequence[np.ndarray], op, out: np.ndarray) -> None:
     contributions (N >= 2) reduced in rank order, so that every rank that
     reduces the same parts gets the same bits, those of numpy's reduction over
     the ranks.  ``out`` must not overlap any part but the first two.
-    Numpy arrays of ``KERNEL_MIN_BYTES`` and more (and half precision at any
-    size) go through the compiled kernel in one pass: each part read once,
-    ``out`` written once (half precision: float32 arithmetic, one rounding)."""
-    if isinstance(op, Reducer) and type(out) is np.ndarray and kernels.compiled() and (
-            out.dtype in _HALF or (len(parts) > 2 and out.nbytes >= KERNEL_MIN_BYTES)):
+    Numpy arrays of ``KERNEL_MIN_BYTES`` and more go through the compiled
+    kernel in one pass: each part read once, ``out`` written once.  Half
+    precision always goes through ``kernels.reduce_into``, compiled or not:
+    float32 arithmetic and one rounding, the same bits either way."""
+    if isinstance(op, Reducer) and type(out) is np.ndarray and (out.dtype in _HALF or (
+            kernels.compiled() and len(parts) > 2 and out.nbytes >= KERNEL_MIN_BYTES)):
         kernels.reduce_into(out, parts, op.name)
         return
     op(parts[0], parts[1], out)
