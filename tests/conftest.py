@@ -18,6 +18,9 @@ CMA = "shm+cma"
 CMA_ENV = {"COLLECTIVES_SHM_CMA_BYTES": "4096", "COLLECTIVES_SHM_XCHG_BYTES": "4096"}
 # the cuda transport over tests/standin, a host stand-in for CuPy (no GPU needed)
 STANDIN = "cuda+standin"
+# shm with the compiled reduction kernels off: every reduction through numpy
+NUMPY = "shm+numpy"
+VARIANT_ENV = {NUMPY: {"COLLECTIVES_KERNELS": "0"}}
 
 
 # comma-separated families: each job runs only these (make mutants uses it to
@@ -38,7 +41,8 @@ def conformance_results(n: int, transport: str) -> dict:
     key = (n, transport)
     if key not in _cache:
         with tempfile.TemporaryDirectory() as d:
-            env = CMA_ENV if transport == CMA else standin_env() if transport == STANDIN else {}
+            env = CMA_ENV if transport == CMA else standin_env() if transport == STANDIN \
+                else VARIANT_ENV.get(transport, {})
             only = [f for f in os.environ.get(FAMILIES_ENV, "").split(",") if f]
             p = run_mpi(n, ["tests/conformance.py", transport.split("+")[0], d, *only],
                         timeout=600, COLLECTIVES_TIMEOUT="20", **env)

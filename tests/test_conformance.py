@@ -12,7 +12,7 @@ import pytest
 
 from bench.data import DTYPES, ops_for
 from conformance import FAMILIES, FULL_N, SALT, SPECS, Recorder, plan
-from conftest import CMA, TRANSPORTS, WORLD_SIZES, check_family
+from conftest import CMA, NUMPY, TRANSPORTS, WORLD_SIZES, check_family
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -27,6 +27,14 @@ def test_family(conformance, n, transport, family):
 def test_family_shm_rendezvous(conformance, n, family):
     """The same cases with shm's single-copy rendezvous on from 4 KiB."""
     check_family(conformance(n, CMA), family)
+
+
+@pytest.mark.parametrize("family", ["all_reduce", "reduce", "reduce_scatter", "default"])
+@pytest.mark.parametrize("n", [3, 4])
+def test_family_numpy_reductions(conformance, n, family):
+    """The reducing calls with the compiled kernels off (COLLECTIVES_KERNELS=0):
+    the numpy fallback gives the same results, half precision included."""
+    check_family(conformance(n, NUMPY), family)
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)
