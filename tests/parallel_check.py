@@ -81,15 +81,23 @@ def main() -> int:
         if r == 0:
             rg, rp = assemble([ref[0]], full), assemble([ref[1]], full)
             gg, gp = assemble(allg, full), assemble(allp, full)
-            gdiff = max(float(np.max(np.abs(gg[k] - rg[k])) / (np.max(np.abs(rg[k])) + 1e-30))
-                        for k in full)
-            pdiff = max(float(np.max(np.abs(gp[k] - rp[k]))) for k in full)
-            moved = max(float(np.max(np.abs(rp[k] - full[k]))) for k in full)
+            # np.max, not max(): a NaN (a weight no rank gathered) anywhere
+            # makes the difference NaN, which fails every comparison
+            gdiff = _largest(np.max(np.abs(gg[k] - rg[k])) / (np.max(np.abs(rg[k])) + 1e-30)
+                             for k in full)
+            pdiff = _largest(np.max(np.abs(gp[k] - rp[k])) for k in full)
+            moved = _largest(np.max(np.abs(rp[k] - full[k])) for k in full)
             results.append({"layout": kw, "n": n, "grad_rel_diff": gdiff, "param_diff": pdiff,
                             "param_moved": moved, "lr": cfg.lr,
                             "missing": int(sum(np.isnan(gg[k]).sum() for k in full)),
                             "report": rep})
     return finish(out_path, results, r, solo, comm)
+
+
+def _largest(values) -> float:
+    """The largest of ``values``, NaN if any is NaN (Python's max() skips a
+    NaN that is not first)."""
+    return float(np.max(np.array(list(values), np.float64)))
 
 
 if __name__ == "__main__":
