@@ -126,15 +126,17 @@ def overlap_table(a, dtypes: list[str]) -> dict:
 
 
 def kernels_table(a) -> dict:
-    """DDP fp16 at N = overlap-ranks with the compiled reduction kernels and
+    """DDP fp16 on the overlap runs' options (communication as large as
+    computation) at N = overlap-ranks, with the compiled reduction kernels and
     with numpy's loops (COLLECTIVES_KERNELS=0)."""
     n = a.overlap_ranks
-    args = ["--strategy", "ddp", "--dtype", "fp16", *a.args.split()]
+    args = ["--strategy", "ddp", "--dtype", "fp16", *a.overlap_args.split()]
     points = {mode: (n, args, {"COLLECTIVES_KERNELS": flag})
               for mode, flag in (("on", "1"), ("off", "0"))}
     reps = interleaved(points, a.repeat, a.timeout)
     on, off = (median_of(reps[m], lambda r: r["samples_per_s"]) for m in ("on", "off"))
-    print(f"# DDP fp16 at N={n}, {a.args}: reduction kernels on / off (COLLECTIVES_KERNELS=0)")
+    print(f"# DDP fp16 at N={n}, {a.overlap_args}: reduction kernels on / off "
+          "(COLLECTIVES_KERNELS=0)")
     print(f"{'kernels':>8} {'samples/s':>11}\n{'on':>8} {on:11.1f}\n{'off':>8} {off:11.1f}")
     print(f"on/off = {on / off:.3f}")
     return {"ranks": n, "args": args, "on_samples_per_s": on, "off_samples_per_s": off,
@@ -161,7 +163,7 @@ def main(argv) -> int:
                    help="runs per point, interleaved; the median is kept (the machine is shared)")
     p.add_argument("--no-overlap-check", action="store_true")
     p.add_argument("--kernels-check", action="store_true",
-                   help="also DDP fp16 at --overlap-ranks with the reduction kernels on and off")
+                   help="also DDP fp16 on the overlap runs with the reduction kernels on and off")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json", metavar="FILE")
     a = p.parse_args(argv)
