@@ -160,3 +160,19 @@ def test_memory_command():
     gb = json.loads(p.stdout)["gb_per_device"]
     # table 1 of the ZeRO paper: 120, 31.4, 16.6 and 1.9 GB
     assert [round(v, 1) for v in gb.values()] == [120.0, 31.4, 16.6, 1.9]
+
+
+def test_loss_scaling_is_for_fp16_only():
+    """fp16 scales the loss and adapts the scale; bf16 (fp32's range) runs at
+    scale 1, and an overflow only skips the step."""
+    from trainer.mixed import LossScaler
+    fp16, bf16 = LossScaler.for_dtype("fp16", 2.0 ** 12), LossScaler.for_dtype("bf16", 2.0 ** 12)
+    assert fp16.scale == 2.0 ** 12 and bf16.scale == 1.0
+    for s in (fp16, bf16):
+        s.update(True)
+        for _ in range(200):
+            s.update(False)
+    assert fp16.scale == 2.0 ** 12 and fp16.skipped == 1  # halved, then doubled
+    assert bf16.scale == 1.0 and bf16.skipped == 1
+    with pytest.raises(ValueError, match="fp16"):
+        LossScaler.for_dtype("fp8", 1.0)
