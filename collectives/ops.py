@@ -66,7 +66,8 @@ REDUCERS = {o: Reducer("sum" if o is Op.AVG else o.value, uf) for o, uf in UFUNC
 def divide(out, n: int) -> None:
     """avg's last step: ``out /= n`` in place.  Half precision divides in
     float32 in one compiled pass and rounds once (numpy's float16 and
-    ml_dtypes' bfloat16 loops round once too, at a tenth of the speed)."""
+    ml_dtypes' bfloat16 loops round once too, but took 480 and 14 times as
+    long on 4M elements here)."""
     if not out.size:
         return
     if type(out) is np.ndarray and out.dtype in HALF:
