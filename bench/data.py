@@ -50,6 +50,7 @@ from typing import Tuple, Union
 
 import numpy as np
 
+from collectives.dtypes import BFLOAT16
 from collectives.ops import DTYPES, UFUNCS, Op, resolve
 
 PERIOD = 1_000_003  # a prime
@@ -68,6 +69,18 @@ Tol = Tuple[float, float]  # (rtol, atol): |got - want| <= atol + rtol * |want|
 EXACT: Tol = (0.0, 0.0)
 
 Shape = Union[int, tuple]
+
+
+def _kind(dt: np.dtype) -> str:
+    """numpy's kind letter, with bfloat16 (an ml_dtypes type, kind 'V') a float."""
+    return "f" if dt == BFLOAT16 else dt.kind
+
+
+def _eps(dt: np.dtype) -> float:
+    if dt == BFLOAT16:
+        import ml_dtypes
+        return float(ml_dtypes.finfo(dt).eps)
+    return float(np.finfo(dt).eps)
 
 
 def ops_for(dtype) -> list[str]:
@@ -125,11 +138,11 @@ def make(dtype, shape: Shape, rank: int, seed: int = 0, op: str = "sum",
     dt, shape = np.dtype(dtype), _shape(shape)
     count = int(np.prod(shape, dtype=np.int64))
     idx = (np.arange(min(count, PERIOD), dtype=np.int64) + offset) % PERIOD
-    if dt.kind in "fc":
+    if _kind(dt) in "fc":
         key = (idx.astype(np.uint64) << np.uint64(32)) ^ np.uint64(
             ((rank + 1) * 40503 + seed * 9176) & 0xFFFFFFFF)
         bits = _mix(key)
-        low, high = RANGES[op == "prod", dt.kind]
+        low, high = RANGES[op == "prod", _kind(dt)]
         v = _floats(bits, low, high)
         if dt.kind == "c":
             v = v + 1j * _floats(_mix(bits), low, high)
@@ -173,9 +186,9 @@ def tolerance(n: int, dtype, op: str) -> Tol:
     of second order.  Integers, ``max`` and ``min``: exact."""
     dt = np.dtype(dtype)
     o = resolve(op, dt)
-    if dt.kind not in "fc" or n <= 1 or o in (Op.MAX, Op.MIN):
+    if _kind(dt) not in "fc" or n <= 1 or o in (Op.MAX, Op.MIN):
         return EXACT
-    eps = float(np.finfo(dt).eps)
+    eps = _eps(dt)
     if o is Op.PROD:
         return SLACK * (n - 1) * eps * (5 ** 0.5 if dt.kind == "c" else 1.0), 0.0
     atol = SLACK * (n - 1) * n * MAX_ABS * eps * (2 ** 0.5 if dt.kind == "c" else 1.0)
@@ -216,7 +229,7 @@ def poison(want: np.ndarray) -> np.ndarray:
     """An array that differs from ``want`` in every element: NaN for floating
     types, ``want + 1`` (wrapping) for integers.  Outputs are filled with it
     before a checked call, so that an element the call fails to write is wrong."""
-    if want.dtype.kind in "fc":
+    if _kind(want.dtype) in "fc":
         return np.full(want.shape, np.nan, want.dtype)
     return want + want.dtype.type(1)
 
@@ -230,7 +243,7 @@ def _close(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     """Elementwise: ``got`` matches ``want`` under ``want``'s tolerance (floats
     compared in 64 bits)."""
     rt, at = getattr(want, "tol", EXACT)
-    if want.dtype.kind not in "fc" or (rt, at) == EXACT:
+    if _kind(want.dtype) not in "fc" or (rt, at) == EXACT:
         return np.asarray(got == want)
     wide = np.complex128 if want.dtype.kind == "c" else np.float64
     g, w = np.asarray(got, wide), np.asarray(want, wide)

@@ -8,11 +8,12 @@ from transports.errors import CollectiveError, CollectiveTimeout, PeerFailure
 
 from .communicator import Communicator, Traffic, init
 from .debug import CollectiveMismatch
-from .ops import AVG, DTYPES, MAX, MIN, PROD, SUM, Op
+from .dtypes import DTYPES, bfloat16
+from .ops import AVG, MAX, MIN, PROD, SUM, Op
 from .work import Work
 
 __version__ = "0.1.0"
 
 __all__ = ["init", "Communicator", "Traffic", "Work", "Op", "SUM", "PROD", "MAX", "MIN",
-           "AVG", "DTYPES", "CollectiveError", "CollectiveTimeout", "PeerFailure",
+           "AVG", "DTYPES", "bfloat16", "CollectiveError", "CollectiveTimeout", "PeerFailure",
            "CollectiveMismatch"]

@@ -15,7 +15,8 @@ from . import debug, runtime
 from . import validate as v
 from .debug import CollectiveMismatch
 from .families import FAMILIES, offered
-from .ops import REDUCERS, Op, quietly, resolve
+from .dtypes import is_inexact
+from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
 from .small import SMALL_ALL_REDUCE_BYTES, SmallAllReduce, plain_out
 from .work import Executor, Work
@@ -64,7 +65,8 @@ class Communicator:
     """A group of ranks and every collective and point-to-point call among them.
 
     Arrays are numpy arrays of any shape, C-contiguous, of the dtypes in
-    ``collectives.ops.DTYPES``; on the "cuda" transport CuPy arrays too.  Every
+    ``collectives.DTYPES``; on the "cuda" transport CuPy arrays too (of those
+    dtypes but bfloat16, which CuPy cannot reduce).  Every
     collective takes ``async_op`` and ``algorithm``; see docs/api.md.
     """
 
@@ -205,8 +207,8 @@ class Communicator:
             raise
 
     def _avg(self, op: Op, arr: np.ndarray) -> None:
-        if op is Op.AVG and arr.size:
-            np.true_divide(arr, self.size, out=arr)
+        if op is Op.AVG:
+            divide(arr, self.size)
 
     # -- collectives ----------------------------------------------------------
     def broadcast(self, buf: np.ndarray, root: int = 0, *, algorithm: str | None = None,
@@ -269,7 +271,7 @@ class Communicator:
                 self._avg(o, of)
             return out
         return self._run(c, body, async_op, (x.size, x.dtype, o, root, name),
-                         self._on_device(x), x.dtype.kind in "fc")
+                         self._on_device(x), is_inexact(x.dtype))
 
     def all_gather(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -299,7 +301,7 @@ class Communicator:
             self._avg(o, of)
             return out
         return self._run(c, body, async_op, (x.size, x.dtype, o, None, name),
-                         self._on_device(x), x.dtype.kind in "fc")
+                         self._on_device(x), is_inexact(x.dtype))
 
     def all_to_all(self, x: np.ndarray, out: np.ndarray | None = None, *,
                    algorithm: str | None = None, async_op: bool = False):
@@ -339,7 +341,7 @@ class Communicator:
         out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         nb = x.nbytes
         if self._small and isinstance(x, np.ndarray):
-            self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, x.dtype.kind in "fc")
+            self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype))
         name, alg = self._pick(c, algorithm, nb)
         xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
         takes_src = getattr(alg, "takes_src", False)
@@ -354,7 +356,7 @@ class Communicator:
             self._avg(o, of)
             return out
         return self._run(c, body, async_op, (x.size, x.dtype, o, None, name),
-                         self._on_device(x), x.dtype.kind in "fc")
+                         self._on_device(x), is_inexact(x.dtype))
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False):
         """Return once every rank has entered the barrier."""

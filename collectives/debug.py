@@ -17,7 +17,8 @@ import numpy as np
 from transports.errors import CollectiveError
 
 from .families import CALLS, FAMILIES
-from .ops import DTYPES, Op
+from .dtypes import DTYPES
+from .ops import Op
 
 FIELDS = ("call", "sequence", "count", "dtype", "op", "root", "algorithm")
 _OPS = list(Op)

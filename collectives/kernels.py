@@ -41,21 +41,16 @@ from typing import Sequence, Union
 import numpy as np
 
 from . import streaming
+from .dtypes import BFLOAT16 as bfloat16
+from .dtypes import DTYPES, HALF as _HALF, is_inexact
 
 try:
     from . import _kernels
 except ImportError:  # not built: numpy does everything
     _kernels = None
 
-try:
-    import ml_dtypes
-    bfloat16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:
-    bfloat16 = None
-
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 _OP_NAMES = {**{n: n for n in _UFUNCS}, **{u: n for n, u in _UFUNCS.items()}}
-_HALF = tuple(d for d in (np.dtype(np.float16), bfloat16) if d is not None)
 
 # (dtype, op) -> (dtype index, op index) of the C tables; complex sums are
 # float sums of twice as many numbers
@@ -64,15 +59,9 @@ if _kernels is not None:
     for _i, _name in enumerate(_kernels.DTYPES):
         _dt = bfloat16 if _name == "bfloat16" else np.dtype(_name)
         for _j, _op in enumerate(_kernels.OPS):
-            if _dt is not None:
-                _CODES[_dt, _op] = (_i, _j)
+            _CODES[_dt, _op] = (_i, _j)
     for _c, _f in (("complex64", "float32"), ("complex128", "float64")):
         _CODES[np.dtype(_c), "sum"] = _CODES[np.dtype(_f), "sum"]
-
-DTYPES = tuple(np.dtype(t) for t in (
-    "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"))
-DTYPES += (bfloat16,) if bfloat16 is not None else ()
 
 
 _numpy = _kernels is None  # True: every call goes to numpy
@@ -169,7 +158,7 @@ def _check(out, inputs, op: str, divisor) -> None:
             raise ValueError(f"reduce_into: inputs[{j}] must be C-contiguous")
     if dt.kind == "c" and op in ("max", "min"):
         raise TypeError(f"reduce_into: op={op!r} is not defined for complex dtype {dt}")
-    if divisor is not None and dt.kind not in "fc" and dt not in _HALF:
+    if divisor is not None and not is_inexact(dt):
         raise TypeError(f"reduce_into: divisor needs a floating or complex dtype, got {dt}")
 
 

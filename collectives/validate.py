@@ -13,9 +13,10 @@ import numpy as np
 from transports import TAG_UB
 
 from .arrays import address, is_device
-from .ops import DTYPES
+from .dtypes import BFLOAT16, DEVICE_DTYPES, DTYPES
 
 _DTYPES = frozenset(DTYPES)
+_DEVICE_DTYPES = frozenset(DEVICE_DTYPES)
 
 
 def array(call: str, name: str, a, *, writable: bool = False, device: int | None = None):
@@ -41,9 +42,11 @@ def _device_array(call: str, name: str, a, device: int | None):
         raise TypeError(f"{call}: {name} is a cupy.ndarray, but this communicator's transport "
                         "moves host memory only; use cc.init(transport='cuda') (or 'auto' "
                         "with cupy imported before cc.init)")
-    if a.dtype not in _DTYPES:
-        raise TypeError(f"{call}: {name}.dtype {a.dtype} is not supported; expected one of "
-                        f"{', '.join(str(d) for d in DTYPES)}")
+    if a.dtype not in _DEVICE_DTYPES:
+        why = (" for CuPy arrays (CuPy's kernels have no bfloat16; reduce in float32, or "
+               "move the array to the host)" if a.dtype == BFLOAT16 else "")
+        raise TypeError(f"{call}: {name}.dtype {a.dtype} is not supported{why}; expected one "
+                        f"of {', '.join(str(d) for d in DEVICE_DTYPES)}")
     if not a.flags.c_contiguous:
         raise ValueError(f"{call}: {name} must be C-contiguous (use cupy.ascontiguousarray)")
     if a.device.id != device:

@@ -664,7 +664,9 @@ def main(argv: list[str]) -> int:
     transport, outdir, *names = argv
     names = names or list(FAMILIES)
     if transport == "cuda":  # CuPy arrays; each rank on a GPU of its own where there are enough
-        global xp
+        global xp, DTYPES
+        from collectives.dtypes import DEVICE_DTYPES  # CuPy has no bfloat16
+        DTYPES = tuple(d for d in DTYPES if d in DEVICE_DTYPES)
         import cupy
         from mpi4py import MPI
         cupy.cuda.Device(MPI.COMM_WORLD.Get_rank() % cupy.cuda.runtime.getDeviceCount()).use()

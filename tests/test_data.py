@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bench import data
+from collectives.dtypes import BFLOAT16
 from collectives.ops import DTYPES, UFUNCS, resolve
 
 PYTHON_OPS = {"sum": sum, "prod": lambda v: functools.reduce(operator.mul, v, 1),
@@ -16,7 +17,7 @@ def test_ops_for_follows_the_interface():
     """docs/api.md: max and min not for complex, avg for floating and complex only."""
     for dt in DTYPES:
         want = {"f": ["sum", "prod", "max", "min", "avg"], "c": ["sum", "prod", "avg"]}.get(
-            dt.kind, ["sum", "prod", "max", "min"])
+            "f" if dt == BFLOAT16 else dt.kind, ["sum", "prod", "max", "min"])
         assert data.ops_for(dt) == want, dt
 
 
@@ -46,16 +47,22 @@ def test_narrow_integers_wrap_like_numpy():
 
 
 def _in_order(ins: list, order, op: str, dtype) -> np.ndarray:
-    uf = UFUNCS[resolve(op, np.dtype(dtype))]
-    acc = ins[order[0]].copy()
+    """The reduction in ``order``; half precision in float32, rounded once
+    (docs/api.md), written out here apart from bench.data."""
+    dt = np.dtype(dtype)
+    uf = UFUNCS[resolve(op, dt)]
+    half = dt.itemsize == 2 and dt.kind not in "iu"
+    acc = ins[order[0]].astype(np.float32) if half else ins[order[0]].copy()
     for r in order[1:]:
-        uf(acc, ins[r], out=acc)
+        uf(acc, ins[r].astype(np.float32) if half else ins[r], out=acc)
+    acc = acc.astype(dt) if half else acc
     if op == "avg":
         np.true_divide(acc, len(ins), out=acc)
     return acc
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "complex64",
+                                   "complex128"])
 def test_float_inputs_round_differently_in_every_order(dtype):
     """Floating sums, averages and products over 8 ranks are not the same bits
     in another order (so a reduction in the wrong order shows), and stay
@@ -76,8 +83,8 @@ def test_float_inputs_round_differently_in_every_order(dtype):
             differ = np.count_nonzero(got != ref)
             if op in ("max", "min"):
                 assert differ == 0, (op, order)
-            else:
-                assert differ > 50, (op, order, differ)  # of 500
+            elif dtype not in ("float16", "bfloat16"):  # float32 sums rounded once to
+                assert differ > 50, (op, order, differ)  # half show no order; of 500
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint16", "int64"])

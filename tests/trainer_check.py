@@ -1,8 +1,8 @@
 """Trainer checks under mpiexec: ``python tests/trainer_check.py OUT.json [transport]``.
 
-For each strategy, 20 steps on a small model with uneven padding give the
-same fp32 master weights as one rank alone (rank 0 trains the reference on a
-communicator of its own); the measured traffic and model-state memory per
+For each strategy, in fp16 and in bf16, 20 steps on a small model with
+uneven padding give the same fp32 master weights as one rank alone (rank 0
+trains the reference, in the same half type, on a communicator of its own); the measured traffic and model-state memory per
 rank equal the formulas of trainer.claims up to padding; the asynchronous
 parameter server still brings the loss down.  Rank 0 writes what it measured
 to OUT.json; tests/test_trainer.py asserts on it.
@@ -59,15 +59,18 @@ def main() -> int:
     n, r = comm.size, comm.rank
     cases = [("ddp", {}), ("ddp", {"accum": 2}), ("ddp", {"overlap": False}),
              ("zero1", {}), ("zero2", {}), ("zero2", {"accum": 2}), ("zero3", {}),
-             ("zero3", {"accum": 3}), ("ps", {})]
+             ("zero3", {"accum": 3}), ("ps", {}),
+             ("ddp", {"dtype": "bf16"}), ("zero1", {"dtype": "bf16"}),
+             ("zero2", {"dtype": "bf16", "accum": 2}), ("zero3", {"dtype": "bf16"}),
+             ("ps", {"dtype": "bf16"})]
     results = []
     refs = {}
     solo = comm.split(0 if r == 0 else -1)  # rank 0 alone: the one-rank reference
     for name, kw in cases:
         cfg = config(name, **kw)
-        key = cfg.accum
+        key = cfg.accum, cfg.dtype
         if key not in refs and solo is not None:
-            ref_cfg = config("ddp", accum=cfg.accum)
+            ref_cfg = config("ddp", accum=cfg.accum, dtype=cfg.dtype)
             (ref_rep, ref) = masters(solo, ref_cfg)
             refs[key] = (ref, ref_rep)
         rep, got = masters(comm, cfg)

@@ -2,8 +2,9 @@
 
 Strategies: a parameter server (``ps``), ``ddp``, and ZeRO stages 1-3
 (``zero1``, ``zero2``, ``zero3``), each in its own module.  Mixed precision as
-in the ZeRO paper: fp16 parameters and gradients, fp32 master weights and Adam
-moments (K = 12 bytes per parameter), dynamic loss scaling.  Every strategy
+in the ZeRO paper: half-precision parameters and gradients (fp16, with dynamic
+loss scaling, or bf16: ``--dtype``), fp32 master weights and Adam moments
+(K = 12 bytes per parameter).  Every strategy
 measures the bytes its collectives move (``comm.traffic``) and the model
 states it holds, beside the formulas of docs/trainer.md.
 

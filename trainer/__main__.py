@@ -41,7 +41,11 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--sync", action="store_true", help="ps: every step waits (staleness 0)")
     g.add_argument("--staleness", type=int, default=0,
                    help="ps: workers compute with weights at most S updates old")
-    p.add_argument("--loss-scale", type=float, default=2.0 ** 12, help="initial loss scale")
+    p.add_argument("--dtype", choices=["fp16", "bf16"],  # trainer.mixed.HALF
+                   help="half type of parameters and gradients (ps, ddp, zero1-3): fp16 "
+                        "(the default) with dynamic loss scaling, or bf16 without")
+    p.add_argument("--loss-scale", type=float, default=2.0 ** 12,
+                   help="initial loss scale of fp16 (default %(default)g)")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--d-in", type=int, default=256)
@@ -89,7 +93,7 @@ def config_from(a):
     return TrainConfig(strategy=a.strategy, steps=a.steps, batch=a.batch or 64, accum=a.accum, lr=a.lr,
                        bucket_mb=a.bucket_mb, overlap=not a.no_overlap,
                        staleness=0 if a.sync else a.staleness, loss_scale=a.loss_scale,
-                       algorithm=a.algorithm,
+                       dtype=a.dtype or "fp16", algorithm=a.algorithm,
                        model=ModelConfig(d_in=a.d_in, width=a.width, layers=a.layers,
                                          d_out=a.d_out, seed=a.seed))
 
@@ -104,6 +108,9 @@ def main(argv=None) -> int:
         return sc(argv[1:])
     a = train_parser().parse_args(argv)
     if a.strategy in ("pipeline", "tensor"):
+        if a.dtype is not None:  # their parameters, activations and gradients are fp32
+            train_parser().error("--dtype applies to ps, ddp and zero1-3; pipeline and "
+                                 "tensor train in fp32")
         return _grid(a)
     cfg = config_from(a)
     try:

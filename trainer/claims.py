@@ -1,7 +1,7 @@
 """The textbook figures each strategy is measured against (docs/trainer.md).
 
-Ψ parameters, b bytes per element on the wire (fp16: 2), N ranks, K bytes
-of optimizer state per parameter (fp32 master + two Adam moments: 12).
+Ψ parameters, b bytes per element on the wire (fp16 and bf16: 2), N ranks,
+K bytes of optimizer state per parameter (fp32 master + two Adam moments: 12).
 
 Traffic is per rank per step.  For the collective strategies it is the bytes
 a rank *sends* (it receives as many): a ring all-reduce sends 2(N-1)/N·Ψ·b.
@@ -36,7 +36,7 @@ def traffic(strategy: str, n: int, psi: float, b: int = 2, rank: int = 0,
 
 def memory(strategy: str, n: int, psi: float, k: int = 12, rank: int = 0,
            staleness: int = 0) -> float:
-    """Predicted model-state bytes per rank: fp16 params (2Ψ), fp16 grads
+    """Predicted model-state bytes per rank: half (fp16 or bf16) params (2Ψ), half grads
     (2Ψ), optimizer states (KΨ), each divided by N where partitioned."""
     if strategy == "ddp" or n == 1:
         return (2 + 2 + k) * psi

@@ -1,6 +1,6 @@
 """Flat parameter buffers cut into groups, and each group into N pieces.
 
-Every strategy keeps its fp16 parameters and gradients in one flat buffer so
+Every strategy keeps its half-precision parameters and gradients in one flat buffer so
 that a bucket (or a layer) is one contiguous array for a collective.  Groups
 are padded to a multiple of N with zeros and split into N equal pieces; rank
 r owns piece r of every group.  Bucket-wise reduce-scatter therefore leaves

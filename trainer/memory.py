@@ -10,7 +10,7 @@ from .claims import GB, zero_table
 def main(argv) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer memory",
                                 description="Model-state memory per device (GB = 1e9 bytes) "
-                                            "for DDP and each ZeRO stage, fp16 mixed precision.")
+                                            "for DDP and each ZeRO stage, fp16 or bf16 mixed precision.")
     p.add_argument("--params", type=float, required=True, help="Ψ, e.g. 7.5e9")
     p.add_argument("--ranks", type=int, required=True, help="N, data-parallel degree")
     p.add_argument("--k", type=float, default=12, help="optimizer bytes per parameter (Adam: 12)")

@@ -1,10 +1,11 @@
 """The model (a ReLU MLP with hand-written backward) and its synthetic task.
 
-Matrix products run in fp32 on fp32 copies of the fp16 parameters, as fp16
-tensor cores accumulate in fp32; what a strategy stores and communicates is
-fp16.  The task is a fixed random teacher network; sample ``i`` of step ``s``
-depends only on (seed, s, micro-batch), so every world size sees the same
-global batch and a rank takes its rows of it.
+Matrix products run in fp32 on fp32 copies of the half-precision (fp16 or
+bf16) parameters, as half-precision tensor cores accumulate in fp32; what a
+strategy stores and communicates is the half type.  The task is a fixed
+random teacher network; sample ``i`` of step ``s`` depends only on (seed, s,
+micro-batch), so every world size sees the same global batch and a rank
+takes its rows of it.
 """
 from __future__ import annotations
 

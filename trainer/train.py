@@ -11,11 +11,10 @@ import collectives as cc
 
 from . import claims
 from .layout import live_bytes
+from .mixed import half_dtype
 from .model import MLP
 from .strategies import STRATEGIES
 from .strategies.base import TrainConfig
-
-B_ELEM = 2  # fp16 on the wire
 
 
 def run(cfg: TrainConfig, comm=None, *, progress: bool = True, json_path: str | None = None,
@@ -81,14 +80,16 @@ def _progress(s, cfg, loss, dt) -> None:
 
 def _report(cfg, strat, model, n, steps, wall, every) -> dict:
     psi, T, lay = model.n_params, cfg.steps, strat.lay
+    b = half_dtype(cfg.dtype).itemsize  # bytes per element on the wire
     conv = claims.traffic_convention(cfg.strategy)
     sent, recv = every[:, 0] / T, every[:, 1] / T
     measured = sent + recv if conv == "sent+recv" else sent
-    pred_t = [claims.traffic(cfg.strategy, n, psi, B_ELEM, r, cfg.accum) for r in range(n)]
+    pred_t = [claims.traffic(cfg.strategy, n, psi, b, r, cfg.accum) for r in range(n)]
     pred_m = [claims.memory(cfg.strategy, n, psi, 12, r, cfg.staleness) for r in range(n)]
     times = [s["time_s"] for s in steps[1:]] or [steps[0]["time_s"]]
     return {
-        "strategy": cfg.strategy, "ranks": n, "params": psi, "bytes_per_element": B_ELEM,
+        "strategy": cfg.strategy, "ranks": n, "params": psi, "dtype": cfg.dtype,
+        "bytes_per_element": b,
         "padding_elements": lay.padding, "batch": cfg.batch, "accum": cfg.accum,
         "staleness": cfg.staleness, "overlap": cfg.overlap, "bucket_mb": cfg.bucket_mb,
         "steps": steps,
@@ -109,7 +110,7 @@ def print_report(rep: dict) -> None:
     n, psi = rep["ranks"], rep["params"]
     tr, me = rep["traffic"], rep["memory"]
     print(f"# {rep['strategy']}: N={n}  Ψ={psi:,} params (+{rep['padding_elements']} padding)  "
-          f"b={rep['bytes_per_element']}  batch={rep['batch']}  accum={rep['accum']}  "
+          f"{rep['dtype']} b={rep['bytes_per_element']}  batch={rep['batch']}  accum={rep['accum']}  "
           f"{rep['samples_per_s']:.1f} samples/s  final loss "
           f"{_last_loss(rep['steps'])}")
     print(f"# traffic per step and rank ({tr['convention']}), memory = model states per rank")

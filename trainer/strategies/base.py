@@ -1,5 +1,5 @@
 """What every strategy shares: the run's settings, its rows of the batch, the
-per-step agreement on loss and overflow, and casting fp16 weights for compute."""
+per-step agreement on loss and overflow, and casting half weights for compute."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..layout import buckets, split_rows
-from ..mixed import F16, F32, LossScaler
+from ..mixed import F32, LossScaler, half_dtype
 from ..model import MLP, ModelConfig, Teacher
 
 
@@ -21,7 +21,8 @@ class TrainConfig:
     bucket_mb: float = 4.0
     overlap: bool = True
     staleness: int = 0        # ps only; 0 is synchronous
-    loss_scale: float = 2.0 ** 12
+    loss_scale: float = 2.0 ** 12   # fp16's initial scale; bf16 runs unscaled
+    dtype: str = "fp16"       # the half type of parameters and gradients: fp16 or bf16
     algorithm: str = "ring"   # what the formulas of docs/trainer.md describe
     model: ModelConfig = field(default_factory=ModelConfig)
 
@@ -34,16 +35,17 @@ class TrainConfig:
             raise ValueError(f"staleness must be >= 0, got {self.staleness}")
         if self.bucket_mb <= 0:
             raise ValueError(f"bucket-mb must be positive, got {self.bucket_mb}")
+        half_dtype(self.dtype)
 
 
 def grad_buckets(model: MLP, cfg: TrainConfig) -> list[list[int]]:
-    """The groups of DDP, ZeRO-1 and ZeRO-2: fp16 gradient buckets of at least
-    ``bucket_mb``, in the order backward produces them."""
-    return buckets(model.sizes, int(cfg.bucket_mb * 2**20), np.dtype(F16).itemsize)
+    """The groups of DDP, ZeRO-1 and ZeRO-2: half-precision gradient buckets
+    of at least ``bucket_mb``, in the order backward produces them."""
+    return buckets(model.sizes, int(cfg.bucket_mb * 2**20), half_dtype(cfg.dtype).itemsize)
 
 
 def put(dst: np.ndarray, g: np.ndarray, accumulate: bool) -> None:
-    """Store an fp32 gradient into fp16 ``dst`` (or add to it); an overflow
+    """Store an fp32 gradient into half ``dst`` (or add to it); an overflow
     becomes inf, which the loss scaler sees."""
     with np.errstate(over="ignore", invalid="ignore"):
         if accumulate:
@@ -53,7 +55,7 @@ def put(dst: np.ndarray, g: np.ndarray, accumulate: bool) -> None:
 
 
 class CastWeights:
-    """fp32 copies of fp16 weights, made in forward and kept for backward."""
+    """fp32 copies of half weights, made in forward and kept for backward."""
 
     def __init__(self, views: list[tuple[np.ndarray, np.ndarray]]):
         self.views, self.cache = views, {}
@@ -78,7 +80,8 @@ class Strategy:
         self.n, self.rank = comm.size, comm.rank
         m = cfg.model
         self.task = Teacher(m.d_in, m.d_out, m.seed)
-        self.scaler = LossScaler(cfg.loss_scale)
+        self.half = half_dtype(cfg.dtype)  # what parameters and gradients are stored in
+        self.scaler = LossScaler.for_dtype(cfg.dtype, cfg.loss_scale)
         self.micro_rows = cfg.batch // cfg.accum
 
     # -- data ---------------------------------------------------------------------

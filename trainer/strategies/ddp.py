@@ -1,6 +1,6 @@
 """DDP: every rank holds all model states and all-reduces the gradients.
 
-Gradients are written into one flat fp16 buffer cut into buckets of about
+Gradients are written into one flat half-precision buffer cut into buckets of about
 ``bucket_mb`` in reverse parameter order.  As backward finishes a layer, a
 bucket whose gradients are all in starts its non-blocking all-reduce while
 backward goes on (Li et al. 2020, "PyTorch Distributed"); the optimizer waits
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import Layout
-from ..mixed import F16, F32, Adam, finite
+from ..mixed import F32, Adam, finite
 from .base import Strategy, grad_buckets
 
 
@@ -24,8 +24,8 @@ class DDP(Strategy):
         # buckets padded to a multiple of N so the ring's blocks are equal
         self.lay = lay = Layout(model.sizes, grad_buckets(model, cfg), self.n)
         master = lay.to_flat(model.init_params(), F32)
-        self.params16 = master.astype(F16)
-        self.grads16 = np.zeros(lay.total, F16)
+        self.params16 = master.astype(self.half)
+        self.grads16 = np.zeros(lay.total, self.half)
         self.adam = Adam(master, cfg.lr)
         self.pviews = self.views(self.params16, lay)
         self.gviews = self.views(self.grads16, lay)

@@ -1,8 +1,8 @@
 """A parameter server on rank 0; ranks 1..N-1 are the workers.
 
-Every round a worker sends its fp16 gradient (of its rows of the global
+Every round a worker sends its half-precision gradient (of its rows of the global
 batch) to the server; the server sums the N-1 gradients, runs Adam on the
-fp32 master weights and sends the new fp16 weights back to every worker.
+fp32 master weights and sends the new half weights back to every worker.
 
 Staleness S bounds how old the weights a worker computes with may be
 (stale-synchronous parallel, Ho et al. 2013): in round r a worker uses the
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import Layout, split_rows
-from ..mixed import F16, F32, Adam, finite
+from ..mixed import F32, Adam, finite
 from .base import CastWeights, Strategy, put
 
 GRAD, PARAM = 1, 2
@@ -37,14 +37,14 @@ class ParameterServer(Strategy):
         self.server = self.rank == 0
         self.workers = list(range(1, self.n))
         master = lay.to_flat(model.init_params(), F32)
-        self.grads16 = np.zeros(lay.total, F16)
+        self.grads16 = np.zeros(lay.total, self.half)
         if self.server:
             self.adam = Adam(master, cfg.lr)
             nver = 1 if self.n == 1 else self.S + 1
-            self.versions = [master.astype(F16) for _ in range(nver)]
+            self.versions = [master.astype(self.half) for _ in range(nver)]
             self.sends: list[list] = [[] for _ in range(nver)]
         else:
-            self.params16 = master.astype(F16)
+            self.params16 = master.astype(self.half)
         self._msg = np.zeros(2)
 
     def rows(self):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import Layout
-from ..mixed import F16, F32, Adam, finite
+from ..mixed import F32, Adam, finite
 from .base import Strategy, grad_buckets
 
 
@@ -50,12 +50,12 @@ class ZeroBase(Strategy):
 
 
 class ZeroFullParams(ZeroBase):
-    """Stages 1 and 2: gradient buckets as groups, and every fp16 parameter
+    """Stages 1 and 2: gradient buckets as groups, and every half parameter
     on every rank, its updated pieces all-gathered after each step."""
 
     def __init__(self, comm, ctrl, model, cfg):
         super().__init__(comm, ctrl, model, cfg, grad_buckets(model, cfg))
-        self.params16 = self._take_init().astype(F16)
+        self.params16 = self._take_init().astype(self.half)
         self.pviews = self.views(self.params16, self.lay)
 
     def update(self, scale: float, loss: float, grad_piece) -> float:
@@ -85,11 +85,11 @@ class ShardedGrads:
 
     def __init__(self, z: ZeroBase):
         self.z = z
-        self.shard = np.zeros(z.lay.shard_len, F16)
+        self.shard = np.zeros(z.lay.shard_len, z.half)
         self.inflight: list = []
 
     def new_buffer(self, g: int) -> np.ndarray:
-        buf = np.empty(self.z.lay.length[g], F16)
+        buf = np.empty(self.z.lay.length[g], self.z.half)
         buf[self.z.lay.pad_slices(g)] = 0
         return buf
 

@@ -1,17 +1,16 @@
 """ZeRO stage 1: optimizer states partitioned.
 
-Every rank keeps the full fp16 parameters and gradients.  Each bucket's
+Every rank keeps the full half-precision parameters and gradients.  Each bucket's
 gradients are reduce-scattered (in place, so that this rank's block of the
 bucket holds the reduced sum) as backward finishes it; each rank runs Adam on
 its pieces only, and an all-gather per bucket brings every rank the updated
-fp16 parameters.  Bytes per rank: reduce-scatter + all-gather = 2(N-1)/N·Ψ·b,
+half parameters.  Bytes per rank: reduce-scatter + all-gather = 2(N-1)/N·Ψ·b,
 as for DDP's all-reduce.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..mixed import F16
 from .zero import ZeroFullParams
 
 
@@ -20,7 +19,7 @@ class Zero1(ZeroFullParams):
 
     def __init__(self, comm, ctrl, model, cfg):
         super().__init__(comm, ctrl, model, cfg)
-        self.grads16 = np.zeros(self.lay.total, F16)
+        self.grads16 = np.zeros(self.lay.total, self.half)
         self.gviews = self.views(self.grads16, self.lay)
 
     def _reduce(self, g: int):

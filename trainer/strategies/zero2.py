@@ -3,7 +3,7 @@
 As backward completes a bucket, its gradients (in a transient bucket-sized
 buffer) are reduce-scattered; this rank keeps its block in its gradient
 shard and drops the rest.  Adam runs on the shard, and an all-gather per
-bucket brings back the fp16 parameters.  Bytes per rank as DDP,
+bucket brings back the half parameters.  Bytes per rank as DDP,
 2(N-1)/N·Ψ·b; gradient memory 2Ψ/N.  With ``accum`` K every micro-batch is
 reduce-scattered and summed into the shard (the gradients that are not this
 rank's are not kept between micro-batches), so the reduce-scatter bytes

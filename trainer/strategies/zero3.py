@@ -4,7 +4,7 @@ One group per layer.  Before a layer's forward its parameters are
 all-gathered from the shards, used and dropped, and the next layer's
 all-gather is already started (prefetch); backward gathers each layer again
 (last layer first), and reduce-scatters its gradients into the shard as soon
-as they exist.  Adam updates the fp16 parameter shard directly, so nothing is
+as they exist.  Adam updates the half-precision parameter shard directly, so nothing is
 gathered after the step.  Bytes per rank: two all-gathers and one
 reduce-scatter, 3(N-1)/N·Ψ·b.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import per_layer
-from ..mixed import F16, F32
+from ..mixed import F32
 from .base import put
 from .zero import ShardedGrads, ZeroBase
 
@@ -23,7 +23,7 @@ class Zero3(ZeroBase):
 
     def __init__(self, comm, ctrl, model, cfg):
         super().__init__(comm, ctrl, model, cfg, per_layer(model.n_layers))
-        self.param_shard = self.lay.shard_of(self._take_init(), self.rank).astype(F16)
+        self.param_shard = self.lay.shard_of(self._take_init(), self.rank).astype(self.half)
         self.grads = ShardedGrads(self)
 
     def train_step(self, step):
@@ -67,7 +67,7 @@ class Gathered:
         self.next += 1
         z, lay = self.z, self.z.lay
         g = lay.group_of[2 * key[1]]
-        buf = np.empty(lay.length[g], F16)
+        buf = np.empty(lay.length[g], z.half)
         blocks = lay.blocks(buf)
         blocks[z.rank] = lay.shard_piece(z.param_shard, g)
         h = z.comm.all_gather(blocks[z.rank], out=blocks, algorithm=z.algo("all_gather"),
@@ -83,4 +83,4 @@ class Gathered:
                 lay.param_in_group(buf, 2 * i + 1, sh[2 * i + 1]).astype(F32))
 
     def release(self, i, phase):
-        pass  # the gathered fp16 buffer was dropped in get(); the fp32 copy goes with the caller
+        pass  # the gathered half buffer was dropped in get(); the fp32 copy goes with the caller
