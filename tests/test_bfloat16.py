@@ -84,7 +84,7 @@ y = comm.all_reduce(np.full(8, comm.rank + 1, cc.bfloat16))
 assert (y.astype(np.float32) == comm.size * (comm.size + 1) / 2).all(), y
 f = comm.all_reduce(cupy.full(8, 1.0, np.float32))
 assert (cupy.asnumpy(f) == comm.size).all()
-print("ok", comm.rank, flush=True)
+print(f"ok {comm.rank}", flush=True)  # one write: lines of ranks do not interleave
 comm.close()
 """
 

@@ -34,7 +34,7 @@ for root in range(n):
         refused(lambda: comm.scatter(x, x.reshape(-1)[1:4], root=root))
 for s in said:
     assert "block" in s and "out=x" not in s, s
-print("ok", r, len(said), flush=True)
+print(f"ok {r} {len(said)}", flush=True)  # one write: lines of ranks do not interleave
 comm.close()
 """
 
