@@ -56,7 +56,12 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   which has no bandwidth, the time ratio).
   MPI columns show ``-`` for ``--op avg`` (MPI has none) and for dtypes or
   ops that the MPI library refuses.  Data-movement collectives hand MPI the
-  buffers as bytes.
+  buffers as bytes.  MPI has no bfloat16: with ``-d bfloat16`` its reducing
+  calls run on 16-bit words with a user-defined op (``MPI.Op.Create``:
+  numpy in float32, rounded to bfloat16), titled ``mpi-op_time``/
+  ``mpi-op_busbw`` (``"baseline": "MPI-op"`` in the JSON) after a header
+  line that says so.  ``--check`` compares bfloat16 and float16 results
+  with float32 arithmetic rounded once to the dtype.
 * ``--transport cuda`` measures CuPy copies of the same buffers (each rank on
   GPU ``rank mod #GPUs``); the baseline columns then hold NCCL's collective
   on those CuPy buffers where NCCL can be had (CuPy's NCCL binding and one

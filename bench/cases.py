@@ -28,6 +28,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from collectives.dtypes import BFLOAT16
+
 from . import data
 
 Call = Callable[[], Any]
@@ -39,6 +41,34 @@ def mpi_op(op: str):
     """MPI's predefined op for ``op``, or None where MPI has none (avg)."""
     from mpi4py import MPI
     return {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}.get(op)
+
+
+_USER_OPS: dict = {}
+
+
+def bfloat16_op(op: str):
+    """MPI has no bfloat16 type and so no op on it: the baseline reduces
+    16-bit words (``MPI.UINT16_T``) with a user-defined op (``MPI.Op.Create``)
+    that reads them as bfloat16, computes in float32 with numpy and rounds
+    to bfloat16, as a user of mpi4py would write it.  None for avg."""
+    from mpi4py import MPI
+    if op not in ("sum", "prod", "max", "min"):
+        return None
+    if op not in _USER_OPS:
+        uf = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+
+        def combine(inbuf, inout, datatype):
+            a = np.frombuffer(inbuf, np.uint16).view(BFLOAT16)
+            b = np.frombuffer(inout, np.uint16).view(BFLOAT16)
+            b[...] = uf(a.astype(np.float32), b.astype(np.float32)).astype(BFLOAT16)
+        _USER_OPS[op] = MPI.Op.Create(combine, commute=True)
+    return _USER_OPS[op]
+
+
+def _words(a):
+    """A bfloat16 array as an MPI buffer of 16-bit words (None stays None)."""
+    from mpi4py import MPI
+    return None if a is None else [a.reshape(-1).view(np.uint16), MPI.UINT16_T]
 
 
 def _b(a: Optional[np.ndarray]):
@@ -163,14 +193,19 @@ class Case:
         return data.reduced(self.n, self.dtype, count, self.op, SEED, offset)
 
     def mpi_reduce_op(self):
-        return mpi_op(self.op)
+        return bfloat16_op(self.op) if self.dtype == BFLOAT16 else mpi_op(self.op)
+
+    def mpi_buffers(self, *arrays):
+        """MPI's buffers for ``arrays``: the arrays themselves (mpi4py maps
+        their dtype), or 16-bit words for bfloat16 (see ``bfloat16_op``)."""
+        return [_words(a) for a in arrays] if self.dtype == BFLOAT16 else list(arrays)
 
     def mpi_reducing(self, fn) -> Optional[Call]:
         """MPI's reducing call ``fn(x, mout, op=...)``, or None for an op MPI lacks."""
         mop = self.mpi_reduce_op()
         if mop is None:
             return None
-        x, out = self.x, self.mout
+        x, out = self.mpi_buffers(self.x, self.mout)
         return lambda: fn(x, out, op=mop)
 
 
@@ -247,7 +282,7 @@ class Reduce(Case):
         mop = self.mpi_reduce_op()
         if mop is None:
             return None
-        mc, x, out, root = self.mpicomm, self.x, self.mout, self.root
+        (x, out), mc, root = self.mpi_buffers(self.x, self.mout), self.mpicomm, self.root
         return lambda: mc.Reduce(x, out, op=mop, root=root)
 
     def expected(self):

@@ -11,6 +11,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from collectives.dtypes import BFLOAT16
+
 from collectives.ops import DTYPES, Op, resolve
 
 from .cases import CASES, COLLECTIVES
@@ -158,7 +160,12 @@ def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, t
     res = report.Result(collective=name, n=comm.size, transport=comm.transport,
                         dtype=str(a.dtype), op=a.op if cls.reducing else "none",
                         root=a.root if cls.rooted else -1, memcpy_gbps=memcpy,
-                        baseline="NCCL" if nccl is not None else "MPI")
+                        baseline="NCCL" if nccl is not None else
+                        "MPI-op" if cls.reducing and a.dtype == BFLOAT16 else "MPI")
+    if rank0 and res.baseline == "MPI-op":
+        print("# baseline MPI-op: MPI has no bfloat16; its reducing call runs on 16-bit words "
+              "with a user-defined op (MPI.Op.Create: numpy, float32, rounded to bfloat16)",
+              flush=True)
     if rank0:
         shown = [x for x in algs if x is not None] or comm.algorithms(name)
         table.header(res, a.transport, [("auto:" if None in algs else "") + x for x in shown])

@@ -94,10 +94,10 @@ def factor(collective: str, n: int) -> float:
         collective, (n - 1) / n)
 
 
-def _check_result(res: dict, collective: str, n: int) -> None:
+def _check_result(res: dict, collective: str, n: int, dtype: str = "float32") -> None:
     assert TOP_KEYS <= res.keys()
     assert res["collective"] == collective and res["n"] == n
-    assert res["dtype"] == "float32" and res["memcpy_gbps"] > 0
+    assert res["dtype"] == dtype and res["memcpy_gbps"] > 0
     assert res["rows"], f"{collective}: no rows"
     for row in res["rows"]:
         assert ROW_KEYS <= row.keys()
@@ -155,6 +155,23 @@ def test_all_collectives_three_ranks(tmp_path):
     md = summary.table(results, None)
     gather = [ln for ln in md.splitlines() if ln.startswith("| gather |")]
     assert len(gather) == 2 and all("| n/a | n/a |" in ln for ln in gather), md
+
+
+def test_bfloat16_checked_against_a_user_defined_mpi_op(tmp_path):
+    """bfloat16 (-d bfloat16): checked against float32 arithmetic rounded to
+    bfloat16; MPI has no bfloat16, so its reducing calls are labelled MPI-op
+    (a user-defined op on 16-bit words) and its other calls move bytes."""
+    out = tmp_path / "bf16.json"
+    p = _bench(3, "all", "-b", "1K", "-e", "16K", "-f", "16", "-n", "3", "-w", "1",
+               "-d", "bfloat16", "-o", "sum", "--check", "--json", str(out))
+    results = json.loads(out.read_text())
+    for res in results:
+        _check_result(res, res["collective"], 3, "bfloat16")
+        reducing = res["collective"] in ("all_reduce", "reduce", "reduce_scatter")
+        assert res["baseline"] == ("MPI-op" if reducing else "MPI"), res
+        if reducing:
+            assert all(r["mpi_time_us"] > 0 for r in res["rows"]), res
+    assert "user-defined op" in p.stdout and "mpi-op_time" in p.stdout, p.stdout
 
 
 def test_in_place_checks_catch_a_wrong_result(tmp_path):

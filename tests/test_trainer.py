@@ -61,9 +61,13 @@ def test_same_weights_as_one_rank(checks):
         # gradient near zero into up to a learning rate per step (docs/trainer.md)
         limit = (4 if c["options"].get("dtype") == "bf16" else 2) * c["lr"]
         assert c["max_abs_diff"] < limit, what + f": {c['max_abs_diff']}"
+        if c["strategy"] != "ps":  # replicas of one all-reduced gradient: the same bits
+            assert c["replica_diff"] == 0, what + f": ranks' weights differ by {c['replica_diff']}"
         assert c["rel_diff"] < 1e-2, what + f": {c['rel_diff']}"
         assert c["losses"][-1] < 0.5 * c["losses"][0], what + ": the loss did not fall"
-        assert max(abs(a - b) for a, b in zip(c["losses"], c["ref_losses"])) < 1e-2 * c["losses"][0]
+        # measured at N = 3: at most 4e-5 (fp16) and 1.3e-4 (bf16) of the first loss
+        loss_tol = (3e-3 if c["options"].get("dtype") == "bf16" else 1e-3) * c["losses"][0]
+        assert c["loss_diff"] < loss_tol, what + f": losses differ by {c['loss_diff']}"
 
 
 def test_traffic_matches_formula(checks):

@@ -52,6 +52,10 @@ def masters(comm, cfg: TrainConfig) -> tuple[dict, list[np.ndarray]]:
         STRATEGIES[cfg.strategy] = real
 
 
+def rep_losses(rep: dict) -> list:
+    return [s["loss"] for s in rep["steps"]]
+
+
 def main() -> int:
     out_path = sys.argv[1]
     transport = sys.argv[2] if len(sys.argv) > 2 else "auto"
@@ -74,12 +78,19 @@ def main() -> int:
             (ref_rep, ref) = masters(solo, ref_cfg)
             refs[key] = (ref, ref_rep)
         rep, got = masters(comm, cfg)
+        # every rank's copy of the weights, not rank 0's alone: the replicas
+        # of data parallelism must agree bit for bit
+        mine = np.concatenate([a.ravel() for a in got]).astype(np.float32)
+        every = comm.gather(mine)
         if r == 0:
             ref, ref_rep = refs[key]
             g, f, i = (np.concatenate([a.ravel() for a in p])
                        for p in (got, ref, MLP(MODEL).init_params()))
             results.append({"strategy": name, "options": kw, "n": n, "lr": cfg.lr,
-                            "max_abs_diff": float(np.max(np.abs(g - f))),
+                            "max_abs_diff": float(np.max(np.abs(every - f))),
+                            "replica_diff": float(np.max(np.abs(every - every[0]))),
+                            "loss_diff": float(np.max(np.abs(
+                                np.array(rep_losses(rep)) - np.array(rep_losses(ref_rep))))),
                             "max_change": float(np.max(np.abs(f - i))),
                             # |θ_N - θ_1| / |θ_1 - θ_0|: the difference against how far training went
                             "rel_diff": float(np.linalg.norm(g - f) / np.linalg.norm(f - i)),
