@@ -66,15 +66,19 @@ def main() -> int:
              ("zero3", {"accum": 3}), ("ps", {}),
              ("ddp", {"dtype": "bf16"}), ("zero1", {"dtype": "bf16"}),
              ("zero2", {"dtype": "bf16", "accum": 2}), ("zero3", {"dtype": "bf16"}),
-             ("ps", {"dtype": "bf16"})]
+             ("ps", {"dtype": "bf16"}),
+             # Adam with a large epsilon is momentum SGD: the update scales with
+             # the gradient, so a gradient N times too small (averaged twice) shows
+             ("ddp", {"adam_eps": 1.0, "lr": 0.05}), ("zero2", {"adam_eps": 1.0, "lr": 0.05})]
     results = []
     refs = {}
     solo = comm.split(0 if r == 0 else -1)  # rank 0 alone: the one-rank reference
     for name, kw in cases:
         cfg = config(name, **kw)
-        key = cfg.accum, cfg.dtype
+        key = cfg.accum, cfg.dtype, cfg.adam_eps, cfg.lr
         if key not in refs and solo is not None:
-            ref_cfg = config("ddp", accum=cfg.accum, dtype=cfg.dtype)
+            ref_cfg = config("ddp", accum=cfg.accum, dtype=cfg.dtype, adam_eps=cfg.adam_eps,
+                             lr=cfg.lr)
             (ref_rep, ref) = masters(solo, ref_cfg)
             refs[key] = (ref, ref_rep)
         rep, got = masters(comm, cfg)

@@ -18,6 +18,7 @@ class TrainConfig:
     batch: int = 64           # global samples per step
     accum: int = 1            # micro-batches per step
     lr: float = 1e-3
+    adam_eps: float = 1e-8    # Adam's epsilon (torch.optim.Adam's eps)
     bucket_mb: float = 4.0
     overlap: bool = True
     staleness: int = 0        # ps only; 0 is synchronous

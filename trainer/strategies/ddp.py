@@ -26,7 +26,7 @@ class DDP(Strategy):
         master = lay.to_flat(model.init_params(), F32)
         self.params16 = master.astype(self.half)
         self.grads16 = np.zeros(lay.total, self.half)
-        self.adam = Adam(master, cfg.lr)
+        self.adam = Adam(master, cfg.lr, eps=cfg.adam_eps)
         self.pviews = self.views(self.params16, lay)
         self.gviews = self.views(self.grads16, lay)
 

@@ -39,7 +39,7 @@ class ParameterServer(Strategy):
         master = lay.to_flat(model.init_params(), F32)
         self.grads16 = np.zeros(lay.total, self.half)
         if self.server:
-            self.adam = Adam(master, cfg.lr)
+            self.adam = Adam(master, cfg.lr, eps=cfg.adam_eps)
             nver = 1 if self.n == 1 else self.S + 1
             self.versions = [master.astype(self.half) for _ in range(nver)]
             self.sends: list[list] = [[] for _ in range(nver)]

@@ -19,7 +19,7 @@ class ZeroBase(Strategy):
         super().__init__(comm, ctrl, model, cfg)
         self.lay = lay = Layout(model.sizes, groups, self.n)
         full = lay.to_flat(model.init_params(), F32)
-        self.adam = Adam(lay.shard_of(full, self.rank), cfg.lr)
+        self.adam = Adam(lay.shard_of(full, self.rank), cfg.lr, eps=cfg.adam_eps)
         self._full_init = full  # handed to the subclass, then dropped
 
     def _take_init(self) -> np.ndarray:
