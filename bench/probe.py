@@ -3,6 +3,7 @@
     mpiexec -n 2 python -m bench.probe coherence   # copying into memory a peer reads
     mpiexec -n 2 python -m bench.probe cma         # process_vm_readv against a local copy
     mpiexec -n 2 python -m bench.probe latency     # where a small all-reduce's time goes
+    mpiexec -n 4 python -m bench.probe share [--size 16M] [--reps R]   # reduction's share
     mpiexec -n N python -m bench.probe ab COLLECTIVE ALG[,ALG...] SIZE[,SIZE...] [--reps R]
 
 ``ab`` times MPI's collective and each algorithm in turn, R times over, and
@@ -91,6 +92,55 @@ def latency(comm, world, args) -> None:
             print(f"{us:7.2f} us  {name}")
 
 
+def share(comm, world, args) -> None:
+    """The default all-reduce of ``--size`` float32 bytes, the compiled kernels
+    and numpy's pairwise ufuncs alternating R times: the time per call, the
+    part of it spent reducing (in ``ops.in_rank_order``, the one place every
+    shared-memory all-reduce reduces) and what the kernels would gain if the
+    reduction were all of it; the rest is copies and waiting."""
+    from collectives import all_reduce, kernels
+    spent = [0.0]
+    inner = all_reduce.in_rank_order
+
+    def timed(parts, op, out):
+        t = time.perf_counter()
+        inner(parts, op, out)
+        spent[0] += time.perf_counter() - t
+    all_reduce.in_rank_order = timed
+    x = np.random.default_rng(comm.rank).random(args.size // 4, dtype=np.float32)
+    out = np.empty_like(x)
+    iters = max(3, int(0.3 / max(1e-6, args.size / 2e9)))
+    modes = [m for m in ("best", "numpy") if m == "numpy" or kernels.isas()[-1] != "numpy"]
+    res: dict = {m: [] for m in modes}
+    for _ in range(args.reps):
+        for m in modes:
+            kernels.use(m)
+            spent[0] = 0.0
+            total = _timed(world, lambda: comm.all_reduce(x, out), iters)
+            red = world.allreduce(spent[0] / (iters + 1), op=MPI_MAX())
+            res[m].append((total, red))
+    kernels.use("best")
+    all_reduce.in_rank_order = inner
+    if comm.rank == 0:
+        alg = comm.choose_algorithm("all_reduce", args.size)
+        print(f"N={comm.size} all_reduce {args.size} B float32 ({alg}), medians of {args.reps}:")
+        for m in modes:
+            t, r = (float(np.median([v[i] for v in res[m]])) for i in (0, 1))
+            print(f"  {m:6s} {t * 1e3:8.2f} ms per call, {r * 1e3:8.2f} ms reducing "
+                  f"({r / t:5.1%}), the rest {(t - r) * 1e3:8.2f} ms")
+        if len(modes) == 2:
+            (tk, rk), (tn, rn) = ((float(np.median([v[i] for v in res[m]])) for i in (0, 1))
+                                  for m in modes)
+            print(f"  kernels / numpy: {tn / tk:4.2f}x per call; reducing alone {rn / rk:4.2f}x; "
+                  f"the most the kernels could give, the rest unchanged: "
+                  f"{tn / (tn - rn):4.2f}x")
+
+
+def MPI_MAX():
+    from mpi4py import MPI
+    return MPI.MAX
+
+
 def ab(comm, world, args) -> None:
     from .cases import CASES
     algs = args.algorithms.split(",")
@@ -117,6 +167,9 @@ def main() -> None:
     sub = p.add_subparsers(dest="probe", required=True)
     for name in ("coherence", "cma", "latency"):
         sub.add_parser(name)
+    sh = sub.add_parser("share")
+    sh.add_argument("--size", type=parse_size, default=16 << 20)
+    sh.add_argument("--reps", type=int, default=5)
     a = sub.add_parser("ab")
     a.add_argument("collective")
     a.add_argument("algorithms")
@@ -126,7 +179,7 @@ def main() -> None:
     import collectives as cc
     from mpi4py import MPI
     with cc.init("shm") as comm:
-        {"coherence": coherence, "cma": cma, "latency": latency, "ab": ab}[args.probe](
+        {"coherence": coherence, "cma": cma, "latency": latency, "share": share, "ab": ab}[args.probe](
             comm, MPI.COMM_WORLD, args)
 
 
