@@ -1,0 +1,40 @@
+"""Many hosts, emulated on one machine (tests/emulate.py): every layout's
+hosts, traffic formulas, refusals and bad input (tests/hosts_check.py), and
+the conformance suite on the "hier" transport.
+
+The default run takes the whole conformance suite on 2x2, 2+1+1 and the
+non-contiguous layout, and its lite plan (tests/conformance.py) on the heavier
+2x3 and 4x2; ``HOSTS_ALL=1`` (make test-hosts) runs them all in full.
+"""
+import json
+import os
+import tempfile
+
+import pytest
+
+from conformance import FAMILIES, LITE_ENV
+from conftest import check_family
+from emulate import HEAVY, LAYOUTS, run_layout
+
+ALL = os.environ.get("HOSTS_ALL", "") not in ("", "0")
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS) + ["1 host"])
+def test_hosts_traffic_refusals(name):
+    layout = LAYOUTS.get(name, "aaaa")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "hosts.json")
+        p = run_layout(layout, ["tests/hosts_check.py", out], timeout=300)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+        with open(out) as f:
+            res = json.load(f)
+    assert res["checked"] > 0
+    assert not res["failures"], "\n".join(res["failures"][:30])
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_conformance(conformance, name, family):
+    layout = LAYOUTS[name]
+    lite = {LITE_ENV: "1"} if name in HEAVY and not ALL else {}
+    check_family(conformance(len(layout), "hier", layout, **lite), family)
