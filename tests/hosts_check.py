@@ -8,7 +8,8 @@ Run by test_hosts.py (tests/emulate.py builds the launch).  Checks
 $COLLECTIVES_HOST, what ``"auto"``, ``"shm"`` and ``"cuda"`` do across hosts,
 every hierarchical algorithm's inter-host bytes against
 tests/expected_hosts.py (docs/algorithms.md), the inter-host counters of
-point-to-point messages, sub-communicators' hosts, and bad input.  Rank 0
+point-to-point messages, sub-communicators' hosts, a failure's notice
+reaching every host, and bad input.  Rank 0
 writes ``{"checked": k, "failures": [...]}``.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -130,6 +132,32 @@ def check_refusals(c: Checks, hosts: int) -> None:
             comm.close()
 
 
+def check_notice(c: Checks, host_of: list[int]) -> None:
+    """An error on the last host's leader in the middle of the leaders'
+    all-reduce reaches every rank of every host well before the timeout,
+    whatever part it waits in (its own host's segment, the leaders' MPI
+    communicator, another host's segment)."""
+    with cc.init(transport="hier", timeout=30) as comm:
+        victim = host_of.index(max(host_of))
+        if comm.rank == victim:
+            def boom(*a, **k):
+                raise RuntimeError("injected fault")
+            ep = comm._t.coll.cross
+            ep.isend = ep.irecv = ep.irecv_reduce = boom
+        t0 = time.monotonic()
+        try:
+            comm.all_reduce(np.ones(COUNT), algorithm="hier_leader")
+            got = "returned"
+        except cc.CollectiveError as e:
+            got = "CollectiveError" if "injected fault" in str(e) else f"other: {e}"
+        except RuntimeError as e:
+            got = "RuntimeError" if "injected fault" in str(e) else f"other: {e}"
+        took = time.monotonic() - t0
+        want = "RuntimeError" if comm.rank == victim else "CollectiveError"
+        c.expect(got == want and took < 5, f"failure notice: rank {comm.rank} got {got} "
+                                           f"after {took:.1f} s, expected {want}")
+
+
 def main(out: str) -> None:
     from mpi4py import MPI
     world = MPI.COMM_WORLD
@@ -180,6 +208,8 @@ def main(out: str) -> None:
                         c.expect(g.ravel().tolist() == ranks, f"split all_gather {alg}: {g}")
                 finally:
                     sub.close()
+    if hosts > 1:
+        check_notice(c, host_of)
     fails = check_all(cc.init(transport="hier"))
     c.failures += [f"bad input on hier: {f}" for f in fails]
     c.checked += 1

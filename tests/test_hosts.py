@@ -6,7 +6,8 @@ The default run (about 75 s on 2 cores) checks every layout's hosts and
 traffic, and runs the whole conformance suite on 2x2 and its lite plan
 (tests/conformance.py: every algorithm, a sample of dtypes, ops, roots and
 counts) on 4x2, 2+1+1 and the non-contiguous layout; ``HOSTS_ALL=1`` (make
-test-hosts) runs the whole suite on every layout, 2x3 included.
+test-hosts) runs the whole suite on every layout, 2x3 included, and the
+mismatch matrix (tests/mismatch_check.py) on "hier".
 """
 import json
 import os
@@ -44,3 +45,20 @@ def test_conformance(conformance, name, family):
     layout = LAYOUTS[name]
     lite = {} if ALL or name in FULL else {LITE_ENV: "1"}
     check_family(conformance(len(layout), "hier", layout, **lite), family)
+
+
+@pytest.mark.skipif(not ALL, reason="make test-hosts (HOSTS_ALL=1) runs it")
+@pytest.mark.parametrize("name", ["2+1+1", "2x2"])
+def test_mismatched_calls_on_hier(name):
+    """tests/mismatch_check.py's matrix on "hier": a rank whose call differs
+    in size is caught in every part (shared memory, leaders, flat MPI)."""
+    from test_mismatch import SMALL, wrong
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.json")
+        p = run_layout(LAYOUTS[name], ["tests/mismatch_check.py", "hier", out], timeout=300,
+                       **SMALL)
+        assert p.returncode == 0 and os.path.exists(out), p.stdout[-2000:] + p.stderr[-3000:]
+        with open(out) as f:
+            cases = json.load(f)["cases"]
+    bad = {case: w for case, recs in cases.items() if (w := wrong(case, recs))}
+    assert cases and not bad, "\n".join(f"{c}: {w}" for c, w in list(bad.items())[:20])
