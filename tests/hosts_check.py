@@ -27,8 +27,8 @@ import collectives as cc  # noqa: E402
 from bad_input import check_all  # noqa: E402
 from emulate import host_of as number  # noqa: E402
 from expected_hosts import expected_inter  # noqa: E402
+from traffic import COUNT, run_call  # noqa: E402
 
-COUNT = 840 * 3  # divisible by every L * H of the layouts tested
 FLAT = {"ring", "recursive_doubling", "halving_doubling", "direct", "two_shot", "binomial",
         "scatter_allgather", "chain", "reduce_scatter_gather", "bruck", "recursive_halving",
         "pairwise", "linear", "dissemination"}
@@ -58,27 +58,6 @@ def check_facts(c: Checks, comm, host_of: list[int], where: str) -> None:
                           f"{got}, expected {want}")
 
 
-def call(comm, name: str, alg, root: int):
-    n = comm.size
-    x = np.ones(COUNT, np.float32)
-    blocks = np.ones((n, COUNT), np.float32)
-    if name == "all_reduce":
-        comm.all_reduce(x, algorithm=alg)
-    elif name == "broadcast":
-        comm.broadcast(x, root=root, algorithm=alg)
-    elif name == "reduce":
-        comm.reduce(x, root=root, algorithm=alg)
-    elif name == "all_gather":
-        comm.all_gather(x, algorithm=alg)
-    elif name == "reduce_scatter":
-        comm.reduce_scatter(blocks, algorithm=alg)
-    elif name == "all_to_all":
-        comm.all_to_all(blocks, algorithm=alg)
-    else:
-        comm.barrier(algorithm=alg)
-    return blocks.nbytes if name in ("reduce_scatter", "all_to_all") else x.nbytes
-
-
 def check_traffic(c: Checks, comm, host_of: list[int]) -> None:
     """Every hierarchical algorithm (and the default) moves exactly the
     documented inter-host bytes; inter-host bytes are part of all bytes."""
@@ -90,7 +69,7 @@ def check_traffic(c: Checks, comm, host_of: list[int]) -> None:
         for alg in algs + [None]:
             for root in (range(n) if name in ("broadcast", "reduce") else [0]):
                 before = comm.traffic
-                S = call(comm, name, alg, root)
+                S = run_call(comm, name, alg, root)
                 d = comm.traffic - before
                 used = alg or comm.choose_algorithm(name, S)
                 want = expected_inter(name, used, host_of, r, S, root)
