@@ -86,3 +86,12 @@ def test_layout_arithmetic_and_choice():
     assert choose("gather", 8, 4, False, h) == "binomial"
     cmd = command("aabc", ["p.py"])
     assert cmd.count(":") == 2 and cmd.count("COLLECTIVES_HOST") == 3
+
+
+def test_debug_mode_on_hier():
+    """tests/debug_check.py on "hier" over 2+1+1: mismatched calls raise
+    CollectiveMismatch on every rank of every host, and the communicator goes on."""
+    p = run_layout(LAYOUTS["2+1+1"], ["tests/debug_check.py", "hier"], timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith(("ok", "FAIL"))]
+    assert len(lines) == 7 * 4 and all(ln.startswith("ok") for ln in lines), lines
