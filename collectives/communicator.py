@@ -1,7 +1,6 @@
 """The Communicator: checks arguments, picks an algorithm, runs it in order."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 import numpy as np
@@ -14,34 +13,22 @@ from . import arguments as args
 from . import debug, runtime
 from . import validate as v
 from .debug import CollectiveMismatch
-from .families import FAMILIES, offered
+from .families import FAMILIES, choose, offered
+from .hosts import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
 from .small import SMALL_ALL_REDUCE_BYTES, SmallAllReduce, plain_out
+from .traffic import Traffic
 from .work import Executor, Work
-
-
-@dataclasses.dataclass(frozen=True)
-class Traffic:
-    """Payload bytes this rank sent to and received from other ranks."""
-
-    sent_bytes: int = 0
-    recv_bytes: int = 0
-
-    def __sub__(self, other: "Traffic") -> "Traffic":
-        return Traffic(self.sent_bytes - other.sent_bytes, self.recv_bytes - other.recv_bytes)
-
-    def __add__(self, other: "Traffic") -> "Traffic":
-        return Traffic(self.sent_bytes + other.sent_bytes, self.recv_bytes + other.recv_bytes)
 
 
 def init(transport: str = "auto", timeout: float | None = None,
          debug: bool | None = None) -> "Communicator":
     """Join the job launched by mpiexec and connect all its ranks.
 
-    ``transport``: "auto" (shared memory when every rank is on one host, MPI
-    otherwise), "shm", "mpi" or "cuda".  ``timeout``: seconds a rank waits
+    ``transport``: "auto" (shared memory when every rank is on one host,
+    "hier" otherwise), "shm", "mpi", "cuda" or "hier" (docs/api.md, "Hosts").  ``timeout``: seconds a rank waits
     for its peers without progress before CollectiveTimeout (default
     $COLLECTIVES_TIMEOUT, else 300).  ``debug``: check before every
     collective that all ranks called the same thing (default
@@ -61,7 +48,7 @@ def init(transport: str = "auto", timeout: float | None = None,
     return Communicator(mpicomm, t, debug)
 
 
-class Communicator:
+class Communicator(HostsInfo):
     """A group of ranks and every collective and point-to-point call among them.
 
     Arrays are numpy arrays of any shape, C-contiguous, of the dtypes in
@@ -81,8 +68,10 @@ class Communicator:
         self._device: int | None = getattr(transport, "device", None)
         # exchange() through shared memory: the defaults take the staged algorithms
         self._shared = transport.coll.xchg_bytes > 0 and self._device is None
+        # the hier transport's host layout (None elsewhere): its algorithms and choice
+        self._hosts = getattr(transport.coll, "hosts", None)
         # call -> the algorithms offered here, by name (families.offered)
-        self._tables = offered(self._shared)
+        self._tables = offered(self._shared, self._hosts)
         # all_reduce of up to this many bytes skips the scheduling (see there)
         self._small = SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
             else 0
@@ -103,7 +92,7 @@ class Communicator:
 
     @property
     def traffic(self) -> Traffic:
-        return Traffic(self._t.sent_bytes, self._t.recv_bytes)
+        return Traffic.of(self._t)
 
     def algorithms(self, name: str) -> list[str]:
         """The names that ``algorithm=`` accepts for collective ``name`` on this
@@ -118,7 +107,7 @@ class Communicator:
         ``nbytes`` (the input's nbytes: x for most calls, buf for broadcast,
         one block for gather and scatter) on this communicator."""
         self.algorithms(name)
-        return FAMILIES[name][1](int(nbytes), self.size, self._shared)
+        return choose(name, int(nbytes), self.size, self._shared, self._hosts)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self._t.name
@@ -132,9 +121,9 @@ class Communicator:
     def _pick(self, call: str, algorithm, nbytes: int) -> tuple[str, Callable]:
         """The algorithm ``call`` runs: its name (for the debug signature) and
         the function to run."""
-        table, (everything, choose) = self._tables[call], FAMILIES[call]
+        table, everything = self._tables[call], FAMILIES[call][0]
         name = v.algorithm(call, algorithm, table, everything) or \
-            choose(nbytes, self.size, self._shared)
+            choose(call, nbytes, self.size, self._shared, self._hosts)
         if nbytes == 0 and call != "barrier":
             return name, _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
         return name, table[name]

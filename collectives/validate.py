@@ -127,18 +127,26 @@ def tag(call: str, v) -> int:
     return v
 
 
-def algorithm(call: str, name, offered: Iterable[str], known: Iterable[str] = ()) -> str | None:
+def algorithm(call: str, name, offered: Iterable[str], known=()) -> str | None:
     """``name`` if this communicator offers it; ``known``: every name the call
-    has, some of which (``shared_only``) need exchange() through shared memory."""
+    has (a table of name -> function), some of which need exchange() through
+    shared memory (``shared_only``) or the "hier" transport (``hier_only``)."""
     if name is None:
         return None
     offered = list(offered)
     if name not in offered:
-        why = ("runs only where exchange() goes through shared memory (the shm transport)"
-               if name in known else "is unknown")
+        why = _not_here(known[name]) if name in known else "is unknown"
         raise ValueError(f"{call}: algorithm={name!r} {why}; expected None or one of "
                          f"{offered}")
     return name
+
+
+def _not_here(fn) -> str:
+    """Why an algorithm the call has is not offered on this communicator."""
+    if getattr(fn, "hier_only", False):
+        return ("runs only on the 'hier' transport" + (
+            ", where every host holds as many ranks" if getattr(fn, "equal_hosts", False) else ""))
+    return "runs only where exchange() goes through shared memory (the shm transport)"
 
 
 def leading_size(call: str, x: np.ndarray, size: int) -> None:

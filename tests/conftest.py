@@ -35,17 +35,24 @@ def standin_env() -> dict:
 _cache: dict = {}
 
 
-def conformance_results(n: int, transport: str) -> dict:
+def conformance_results(n: int, transport: str, layout: str | None = None,
+                        **extra: str) -> dict:
     """{family: {"cases": total over ranks, "failures": [...], "comms": {communicator:
-    cases}}} for a job of n ranks (tests/conformance.py)."""
-    key = (n, transport)
+    cases}}} for a job of n ranks (tests/conformance.py); ``layout``: the
+    ranks on emulated hosts (tests/emulate.py); ``extra``: more environment."""
+    key = (n, transport, layout, tuple(sorted(extra.items())))
     if key not in _cache:
         with tempfile.TemporaryDirectory() as d:
             env = CMA_ENV if transport == CMA else standin_env() if transport == STANDIN \
                 else VARIANT_ENV.get(transport, {})
             only = [f for f in os.environ.get(FAMILIES_ENV, "").split(",") if f]
-            p = run_mpi(n, ["tests/conformance.py", transport.split("+")[0], d, *only],
-                        timeout=600, COLLECTIVES_TIMEOUT="20", **env)
+            argv = ["tests/conformance.py", transport.split("+")[0], d, *only]
+            env = {**env, **extra}
+            if layout:
+                from emulate import run_layout
+                p = run_layout(layout, argv, timeout=600, COLLECTIVES_TIMEOUT="20", **env)
+            else:
+                p = run_mpi(n, argv, timeout=600, COLLECTIVES_TIMEOUT="20", **env)
             merged: dict = {}
             for r in range(n):
                 path = os.path.join(d, f"rank{r}.json")

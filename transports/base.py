@@ -9,7 +9,10 @@ tag, like MPI).
 Traffic is counted in the endpoints and nowhere else: each counts the
 payload bytes of the messages it completes and of its exchanges (one thread
 drives an endpoint, so no count is lost), and the transport's
-``sent_bytes``/``recv_bytes`` add the two.  The one thing an endpoint cannot
+``sent_bytes``/``recv_bytes`` add the two.  Of those, the bytes to and from
+ranks of other hosts (``Transport.remote``, set by ``place``) are counted
+again in ``inter_sent_bytes``/``inter_recv_bytes``: only a transport whose
+peers may be on other hosts (MPI) has any.  The one thing an endpoint cannot
 see is how much of a contribution to ``exchange()`` its peers read where
 they read it straight out of shared memory; the algorithms that read only
 part (``sent``/``recv`` of ``exchange()``) say so, and the endpoint counts
@@ -29,6 +32,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from .errors import CollectiveError, CollectiveTimeout, PeerFailure
+from .hosts import Hosts, single
 
 log = logging.getLogger("collectives")
 
@@ -94,6 +98,8 @@ class Endpoint:
     xchg_bytes: int = 0
     sent_bytes: int = 0
     recv_bytes: int = 0
+    inter_sent_bytes: int = 0  # of sent_bytes, those to ranks of other hosts
+    inter_recv_bytes: int = 0
 
     def isend(self, buf: np.ndarray, peer: int, tag: int | None = None) -> Request:
         raise NotImplementedError
@@ -190,6 +196,13 @@ class Transport:
                  pids: Sequence[int], local: Sequence[bool]):
         self.rank, self.size, self.timeout = rank, size, float(timeout)
         self.liveness = Liveness(pids, local)
+        self.place(single(size, rank))
+
+    def place(self, hosts: Hosts) -> None:
+        """Tell the transport which host each rank is on (``open_transport``
+        does, before any byte moves): ``remote[p]``, rank p is on another host."""
+        self.hosts = hosts
+        self.remote = hosts.remote
 
     @property
     def sent_bytes(self) -> int:
@@ -198,6 +211,14 @@ class Transport:
     @property
     def recv_bytes(self) -> int:
         return self.coll.recv_bytes + self.p2p.recv_bytes
+
+    @property
+    def inter_sent_bytes(self) -> int:
+        return self.coll.inter_sent_bytes + self.p2p.inter_sent_bytes
+
+    @property
+    def inter_recv_bytes(self) -> int:
+        return self.coll.inter_recv_bytes + self.p2p.inter_recv_bytes
 
     def set_arrived(self, seq: int, key: int = 0) -> None:
         """Note that this rank entered collective ``seq`` of call size ``key``

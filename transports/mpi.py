@@ -177,14 +177,19 @@ class _Req(Request):
         if not ok:
             return False
         self.finished = True
+        remote = ep.t.remote[self.peer]
         if self.sending:
             ep.sent_bytes += self.nbytes
+            if remote:
+                ep.inter_sent_bytes += self.nbytes
             return True
         got = status.Get_count(MPI.BYTE)
         if got != self.nbytes:
             raise CollectiveError(f"rank {self.peer} sent {got} bytes where rank {ep.rank} "
                                   f"expects {self.nbytes}", ranks=[self.peer])
         ep.recv_bytes += self.nbytes
+        if remote:
+            ep.inter_recv_bytes += self.nbytes
         if self.op is not None:
             self.op(self.acc, self.scratch, out=self.acc)
             ep.give_back(self.scratch)

@@ -1,0 +1,42 @@
+"""Emulated hosts: one machine stands in for a cluster through MPMD launches,
+each group of ranks with its own $COLLECTIVES_HOST.
+
+A layout is a string with one letter per rank, the letter naming its host:
+``"aabb"`` is 2 hosts of 2 ranks, ``"abab"`` the same with ranks 0 and 2 on
+one host (non-contiguous), ``"aabc"`` 3 hosts of 2 + 1 + 1.
+"""
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+from launch import MPIEXEC, ROOT, mpi_env
+
+LAYOUTS = {"2x2": "aabb", "2x3": "aaabbb", "4x2": "aabbccdd", "2+1+1": "aabc",
+           "interleaved": "abab"}
+
+
+def command(layout: str, argv: list[str], launcher: str = MPIEXEC) -> list[str]:
+    """mpiexec -n k -env COLLECTIVES_HOST h python argv : ... for each run of
+    consecutive ranks of one host."""
+    cmd = [launcher]
+    for host, run in itertools.groupby(layout):
+        if len(cmd) > 1:
+            cmd.append(":")
+        cmd += ["-n", str(len(list(run))), "-env", "COLLECTIVES_HOST", host,
+                sys.executable, *argv]
+    return cmd
+
+
+def run_layout(layout: str, argv: list[str], timeout: float = 300,
+               **env: str) -> subprocess.CompletedProcess:
+    """Run ``python argv...`` on the ranks of ``layout``; returns the finished process."""
+    return subprocess.run(command(layout, argv), cwd=ROOT, env=mpi_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def host_of(layout: str) -> list[int]:
+    """Each rank's host index: hosts numbered in the order of their lowest rank."""
+    seen: dict[str, int] = {}
+    return [seen.setdefault(h, len(seen)) for h in layout]
