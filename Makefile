@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 
-.PHONY: test bench bench-all bench-hosts benchmark-micro soak mutants venv clean test-mismatch
+.PHONY: test bench bench-all benchmark-micro soak mutants venv clean test-mismatch
 
 venv: $(VENV)/.installed
 
@@ -26,6 +26,7 @@ bench-all: venv
 # all_reduce on 2 emulated hosts of 2 ranks each (an MPMD launch, one
 # COLLECTIVES_HOST per host): hier beside the flat mpi transport and MPI's own
 # call, with the bytes moved within and between hosts (docs/hosts.md)
+.PHONY: bench-hosts
 HOSTS_BENCH := $(PY) -m bench all_reduce --hosts only -b 8 -e 64M -f 8 --check
 bench-hosts: venv
 	$(MPIEXEC) -n 2 -env COLLECTIVES_HOST a $(HOSTS_BENCH) : -n 2 -env COLLECTIVES_HOST b $(HOSTS_BENCH)
