@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 
-.PHONY: test bench bench-all benchmark-micro soak mutants venv clean test-mismatch
+.PHONY: test bench bench-all benchmark-micro soak mutants venv clean test-mismatch test-hosts
 
 venv: $(VENV)/.installed
 
@@ -42,6 +42,11 @@ soak: venv
 # the mismatch matrix at every N from 2 to 8 (make test runs N = 2, 3, 4, 8)
 test-mismatch: venv
 	MISMATCH_ALL_N=1 $(PY) -m pytest -q tests/test_mismatch.py
+
+# the whole conformance suite on every emulated layout of hosts (make test
+# runs it in full on 2x2 and samples the others; tests/test_hosts.py)
+test-hosts: venv
+	HOSTS_ALL=1 $(PY) -m pytest -q tests/test_hosts.py
 
 # not part of make test: plant each bug of tests/mutant_list.py in a copy of
 # the tree and run the tests meant to catch it (docs/testing.md, "Mutants")

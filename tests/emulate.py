@@ -13,10 +13,8 @@ import sys
 
 from launch import MPIEXEC, ROOT, mpi_env
 
-# the layouts of the default run, and those that only `make test-hosts` runs
 LAYOUTS = {"2x2": "aabb", "2x3": "aaabbb", "4x2": "aabbccdd", "2+1+1": "aabc",
            "interleaved": "abab"}
-HEAVY = ("2x3", "4x2")  # $HOSTS_ALL=1 (make test-hosts) runs their whole conformance
 
 
 def command(layout: str, argv: list[str], launcher: str = MPIEXEC) -> list[str]:

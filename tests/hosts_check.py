@@ -8,7 +8,8 @@ Run by test_hosts.py (tests/emulate.py builds the launch).  Checks
 $COLLECTIVES_HOST, what ``"auto"``, ``"shm"`` and ``"cuda"`` do across hosts,
 every hierarchical algorithm's inter-host bytes against
 tests/expected_hosts.py (docs/algorithms.md), the inter-host counters of
-point-to-point messages, sub-communicators' hosts, and bad input.  Rank 0
+point-to-point messages, sub-communicators' hosts, a failure's notice
+reaching every host, and bad input.  Rank 0
 writes ``{"checked": k, "failures": [...]}``.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -25,8 +27,8 @@ import collectives as cc  # noqa: E402
 from bad_input import check_all  # noqa: E402
 from emulate import host_of as number  # noqa: E402
 from expected_hosts import expected_inter  # noqa: E402
+from traffic import COUNT, run_call  # noqa: E402
 
-COUNT = 840 * 3  # divisible by every L * H of the layouts tested
 FLAT = {"ring", "recursive_doubling", "halving_doubling", "direct", "two_shot", "binomial",
         "scatter_allgather", "chain", "reduce_scatter_gather", "bruck", "recursive_halving",
         "pairwise", "linear", "dissemination"}
@@ -56,27 +58,6 @@ def check_facts(c: Checks, comm, host_of: list[int], where: str) -> None:
                           f"{got}, expected {want}")
 
 
-def call(comm, name: str, alg, root: int):
-    n = comm.size
-    x = np.ones(COUNT, np.float32)
-    blocks = np.ones((n, COUNT), np.float32)
-    if name == "all_reduce":
-        comm.all_reduce(x, algorithm=alg)
-    elif name == "broadcast":
-        comm.broadcast(x, root=root, algorithm=alg)
-    elif name == "reduce":
-        comm.reduce(x, root=root, algorithm=alg)
-    elif name == "all_gather":
-        comm.all_gather(x, algorithm=alg)
-    elif name == "reduce_scatter":
-        comm.reduce_scatter(blocks, algorithm=alg)
-    elif name == "all_to_all":
-        comm.all_to_all(blocks, algorithm=alg)
-    else:
-        comm.barrier(algorithm=alg)
-    return blocks.nbytes if name in ("reduce_scatter", "all_to_all") else x.nbytes
-
-
 def check_traffic(c: Checks, comm, host_of: list[int]) -> None:
     """Every hierarchical algorithm (and the default) moves exactly the
     documented inter-host bytes; inter-host bytes are part of all bytes."""
@@ -88,7 +69,7 @@ def check_traffic(c: Checks, comm, host_of: list[int]) -> None:
         for alg in algs + [None]:
             for root in (range(n) if name in ("broadcast", "reduce") else [0]):
                 before = comm.traffic
-                S = call(comm, name, alg, root)
+                S = run_call(comm, name, alg, root)
                 d = comm.traffic - before
                 used = alg or comm.choose_algorithm(name, S)
                 want = expected_inter(name, used, host_of, r, S, root)
@@ -128,6 +109,32 @@ def check_refusals(c: Checks, hosts: int) -> None:
         else:
             c.expect(hosts == 1, f"transport={kind!r} accepted on {hosts} hosts")
             comm.close()
+
+
+def check_notice(c: Checks, host_of: list[int]) -> None:
+    """An error on the last host's leader in the middle of the leaders'
+    all-reduce reaches every rank of every host well before the timeout,
+    whatever part it waits in (its own host's segment, the leaders' MPI
+    communicator, another host's segment)."""
+    with cc.init(transport="hier", timeout=30) as comm:
+        victim = host_of.index(max(host_of))
+        if comm.rank == victim:
+            def boom(*a, **k):
+                raise RuntimeError("injected fault")
+            ep = comm._t.coll.cross
+            ep.isend = ep.irecv = ep.irecv_reduce = boom
+        t0 = time.monotonic()
+        try:
+            comm.all_reduce(np.ones(COUNT), algorithm="hier_leader")
+            got = "returned"
+        except cc.CollectiveError as e:
+            got = "CollectiveError" if "injected fault" in str(e) else f"other: {e}"
+        except RuntimeError as e:
+            got = "RuntimeError" if "injected fault" in str(e) else f"other: {e}"
+        took = time.monotonic() - t0
+        want = "RuntimeError" if comm.rank == victim else "CollectiveError"
+        c.expect(got == want and took < 5, f"failure notice: rank {comm.rank} got {got} "
+                                           f"after {took:.1f} s, expected {want}")
 
 
 def main(out: str) -> None:
@@ -180,6 +187,8 @@ def main(out: str) -> None:
                         c.expect(g.ravel().tolist() == ranks, f"split all_gather {alg}: {g}")
                 finally:
                     sub.close()
+    if hosts > 1:
+        check_notice(c, host_of)
     fails = check_all(cc.init(transport="hier"))
     c.failures += [f"bad input on hier: {f}" for f in fails]
     c.checked += 1

@@ -2,9 +2,12 @@
 hosts, traffic formulas, refusals and bad input (tests/hosts_check.py), and
 the conformance suite on the "hier" transport.
 
-The default run takes the whole conformance suite on 2x2, 2+1+1 and the
-non-contiguous layout, and its lite plan (tests/conformance.py) on the heavier
-2x3 and 4x2; ``HOSTS_ALL=1`` (make test-hosts) runs them all in full.
+The default run (about 75 s on 2 cores) checks every layout's hosts and
+traffic, and runs the whole conformance suite on 2x2 and its lite plan
+(tests/conformance.py: every algorithm, a sample of dtypes, ops, roots and
+counts) on 4x2, 2+1+1 and the non-contiguous layout; ``HOSTS_ALL=1`` (make
+test-hosts) runs the whole suite on every layout, 2x3 included, and the
+mismatch matrix (tests/mismatch_check.py) on "hier".
 """
 import json
 import os
@@ -14,9 +17,11 @@ import pytest
 
 from conformance import FAMILIES, LITE_ENV
 from conftest import check_family
-from emulate import HEAVY, LAYOUTS, run_layout
+from emulate import LAYOUTS, run_layout
 
 ALL = os.environ.get("HOSTS_ALL", "") not in ("", "0")
+FULL = ("2x2",)  # the whole suite in the default run
+SAMPLED = ("4x2", "2+1+1", "interleaved")  # the lite plan in the default run
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS) + ["1 host"])
@@ -35,6 +40,25 @@ def test_hosts_traffic_refusals(name):
 @pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_conformance(conformance, name, family):
+    if not (ALL or name in FULL + SAMPLED):
+        pytest.skip("make test-hosts (HOSTS_ALL=1) runs this layout")
     layout = LAYOUTS[name]
-    lite = {LITE_ENV: "1"} if name in HEAVY and not ALL else {}
+    lite = {} if ALL or name in FULL else {LITE_ENV: "1"}
     check_family(conformance(len(layout), "hier", layout, **lite), family)
+
+
+@pytest.mark.skipif(not ALL, reason="make test-hosts (HOSTS_ALL=1) runs it")
+@pytest.mark.parametrize("name", ["2+1+1", "2x2"])
+def test_mismatched_calls_on_hier(name):
+    """tests/mismatch_check.py's matrix on "hier": a rank whose call differs
+    in size is caught in every part (shared memory, leaders, flat MPI)."""
+    from test_mismatch import SMALL, wrong
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.json")
+        p = run_layout(LAYOUTS[name], ["tests/mismatch_check.py", "hier", out], timeout=300,
+                       **SMALL)
+        assert p.returncode == 0 and os.path.exists(out), p.stdout[-2000:] + p.stderr[-3000:]
+        with open(out) as f:
+            cases = json.load(f)["cases"]
+    bad = {case: w for case, recs in cases.items() if (w := wrong(case, recs))}
+    assert cases and not bad, "\n".join(f"{c}: {w}" for c, w in list(bad.items())[:20])

@@ -23,11 +23,12 @@ ITEM = 4
 xp = np  # the array module measured: CuPy for the cuda transport
 
 
-def measure(comm, call: str, alg: str, root: int):
+def run_call(comm, call: str, alg, root: int) -> int:
+    """One ``call`` by ``alg`` (None: the default) on COUNT float32 elements
+    (a block of them for the blocked calls); returns its S."""
     n = comm.size
     x = xp.ones(COUNT, np.float32)
     blocks = xp.ones((n, COUNT), np.float32)
-    before = comm.traffic
     if call == "all_reduce":
         comm.all_reduce(x, algorithm=alg)
     elif call == "broadcast":
@@ -46,8 +47,13 @@ def measure(comm, call: str, alg: str, root: int):
         comm.scatter(blocks if comm.rank == root else None, x, root=root, algorithm=alg)
     else:
         comm.barrier(algorithm=alg)
+    return blocks.nbytes if call in ("reduce_scatter", "all_to_all") else x.nbytes
+
+
+def measure(comm, call: str, alg: str, root: int):
+    before = comm.traffic
+    S = run_call(comm, call, alg, root)
     d = comm.traffic - before
-    S = blocks.nbytes if call in ("reduce_scatter", "all_to_all") else x.nbytes
     return d.sent_bytes, d.recv_bytes, S
 
 
