@@ -22,7 +22,6 @@ from test_faults import TIMEOUT, _survivors_fail, dev_shm, gone, results  # noqa
 # rank 0 in "aabb", and is alone on host b in "abac" (2 + 1 + 1, non-contiguous)
 CASES = [("aabb", "all_reduce"),
          ("aabb", "broadcast,reduce,all_gather,reduce_scatter,all_to_all,barrier"),
-         ("aabb", "p2p"),
          ("abac", "all_reduce,all_gather,barrier")]
 
 
