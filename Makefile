@@ -27,7 +27,7 @@ bench-all: venv
 # COLLECTIVES_HOST per host): hier beside the flat mpi transport and MPI's own
 # call, with the bytes moved within and between hosts (docs/hosts.md)
 .PHONY: bench-hosts
-HOSTS_BENCH := $(PY) -m bench all_reduce --hosts only -b 8 -e 64M -f 8 --check
+HOSTS_BENCH := $(PY) -m bench all_reduce --hosts only -b 8 -e 16M -f 8 --check
 bench-hosts: venv
 	$(MPIEXEC) -n 2 -env COLLECTIVES_HOST a $(HOSTS_BENCH) : -n 2 -env COLLECTIVES_HOST b $(HOSTS_BENCH)
 
