@@ -197,14 +197,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import collectives as cc
 
-    from . import hosts, report, runner
+    from . import report, runner
 
     world = MPI.COMM_WORLD
     a = parse_args(argv, world.Get_rank(), world.Get_size())
     names = list(COLLECTIVES) if a.collective == "all" else [a.collective]
     mpicomm = world.Dup()
     results: list[report.Result] = []
-    compared: list[hosts.Comparison] = []
+    compared: list = []  # bench.hosts.Comparison, where the ranks span hosts
     if a.transport == "cuda":
         from . import gpu
         gpu.use_device(world.Get_rank())
@@ -243,8 +243,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         results.append(res)
                     if many is not None and algorithms_for(name, a.algorithm, comm):
                         compared.append(many.run(name, _settings(a, [None]),
-                                                 getattr(a, "repeat", hosts.ROUNDS),
-                                                 hosts.Table() if rank0 else None))
+                                                 getattr(a, "repeat", None), rank0))
             finally:
                 if many is not None:
                     many.close()

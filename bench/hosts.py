@@ -95,11 +95,14 @@ class Hosts:
             c.close()
         self._own = []
 
-    def run(self, name: str, s, rounds: int, table: Optional["Table"]) -> Comparison:
-        """Measure ``name`` over ``s.sizes`` (bench.runner's Settings), each
-        transport with the library's default algorithm; rows are printed on
-        ``table`` (rank 0's; None elsewhere) as each size is done."""
+    def run(self, name: str, s, rounds: Optional[int], show: bool) -> Comparison:
+        """Measure ``name`` over ``s.sizes`` (bench.runner's Settings) in
+        ``rounds`` rounds (None: ROUNDS), each transport with the library's
+        default algorithm; with ``show`` (rank 0) rows are printed as each
+        size is done."""
         hier = self.comms["hier"]
+        rounds = rounds or ROUNDS
+        table = Table() if show else None
         res = Comparison(name, self.ranks_per_host, str(s.dtype),
                          s.op if CASES[name].reducing else "none", rounds)
         if table:
