@@ -219,6 +219,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print(f"python -m bench: error: unknown algorithm {a.algorithm!r} "
                           f"(offered: {offered})", file=sys.stderr)
                 return 2
+            if a.hosts == "only" and comm.hosts < 2:
+                if rank0:
+                    print("python -m bench: error: --hosts only needs ranks on several "
+                          "hosts (docs/hosts.md)", file=sys.stderr)
+                return 2
             memcpy = runner.memcpy_gbps(mpicomm)
             table = report.Table()
             if rank0:
@@ -256,4 +261,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"# wrote {a.json}", flush=True)
         if a.plot and report.write_plot(a.plot, results):
             print(f"# wrote {a.plot}", flush=True)
-    return 1 if any(report.wrong(r) for res in results for r in res.rows) else 0
+    bad = any(report.wrong(r) for res in results for r in res.rows) or \
+        any(r.wrong for c in compared for r in c.rows)
+    return 1 if bad else 0

@@ -45,3 +45,10 @@ def test_hosts_comparison_2x2():
     assert flat["inter_max"] == 2 * (N - 1) * S // N and flat["inter_bytes"] == 2 * flat["inter_max"]
     assert rows[8, "hier"]["algorithm"] == "hier_leader"
     assert rows[8, "hier"]["inter_max"] == 8  # a leader's side of the leaders' all-reduce
+
+
+def test_hosts_only_on_one_host_is_refused():
+    p = run_layout("aa", ["-m", "bench", "all_reduce", "--hosts", "only", "-b", "8", "-e", "8"],
+                   timeout=120)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "--hosts only needs ranks on several hosts" in p.stderr
