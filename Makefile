@@ -23,6 +23,14 @@ bench: venv
 bench-all: venv
 	$(MPIEXEC) -n 4 $(PY) -m bench all -b 1K -e 16M -f 4 --check
 
+# all_reduce on 2 emulated hosts of 2 ranks each (an MPMD launch, one
+# COLLECTIVES_HOST per host): hier beside the flat mpi transport and MPI's own
+# call, with the bytes moved within and between hosts (docs/hosts.md)
+.PHONY: bench-hosts
+HOSTS_BENCH := $(PY) -m bench all_reduce --hosts only -b 8 -e 16M -f 8 --check
+bench-hosts: venv
+	$(MPIEXEC) -n 2 -env COLLECTIVES_HOST a $(HOSTS_BENCH) : -n 2 -env COLLECTIVES_HOST b $(HOSTS_BENCH)
+
 benchmark-micro: venv
 	$(PY) -m pytest bench/micro --benchmark-only
 

@@ -93,6 +93,16 @@ per collective, in the order run.  ``-``, ``N/A`` and ``n/a`` become
 in-place call), ``"same"`` (broadcast: the out-of-place figures again) or
 ``"none"`` (no in-place form: all null).
 
+Many hosts
+----------
+Where the ranks span several hosts (or emulated ones: ``COLLECTIVES_HOST``
+per block of an MPMD launch, docs/hosts.md), each collective's table is
+followed by ``bench.hosts``' comparison: per size, the call on a ``hier``
+communicator, on a flat ``mpi`` one and MPI's own, in interleaved rounds,
+with the bytes one call moves within and between hosts; ``--hosts only``
+prints the comparison alone, ``--hosts off`` leaves it out.  With
+``--json`` each collective's object holds it under ``"hosts"``.
+
 ``--plot FILE.png`` draws the out-of-place busbw against size (one panel
 per collective), one line per algorithm and one for MPI; it needs matplotlib (the ``plot``
 extra) and says so if missing.

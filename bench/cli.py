@@ -81,12 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="numpy dtype name (default float32)")
     p.add_argument("-o", "--op", default="sum", choices=_OPS, help="reduction op (default sum)")
     p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
-    p.add_argument("--transport", default="auto", choices=("auto", "shm", "mpi", "cuda"),
+    p.add_argument("--transport", default="auto", choices=("auto", "shm", "mpi", "hier", "cuda"),
                    help="transport of the library (default auto); cuda measures CuPy "
                         "buffers, against NCCL where it can be had (else MPI on host buffers)")
     p.add_argument("--algorithm", default=None,
                    help="force one of comm.algorithms(collective), or 'all' for a row "
                         "per algorithm (default: the library's choice)")
+    p.add_argument("--hosts", default="auto", choices=("auto", "only", "off"),
+                   help="where the ranks span several hosts: after each table, hier beside "
+                        "the flat mpi transport and MPI with the bytes moved within and "
+                        "between hosts (auto), that comparison alone (only), or none (off)")
     p.add_argument("--check", action="store_true",
                    help="check every result against numpy; count mismatches in #wrong")
     p.add_argument("--json", metavar="FILE", default=None,
@@ -178,6 +182,15 @@ def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, t
     return res
 
 
+def _many_hosts(a: argparse.Namespace, comm, mpicomm):
+    """bench.hosts' comparison where the ranks span several hosts (and it is
+    not turned off, nor the GPU measured); None otherwise."""
+    if a.hosts == "off" or a.transport == "cuda" or comm.hosts < 2:
+        return None
+    from .hosts import Hosts
+    return Hosts(mpicomm, comm)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the benchmark; returns the exit status (1 if any result was wrong)."""
     from mpi4py import MPI
@@ -191,6 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     names = list(COLLECTIVES) if a.collective == "all" else [a.collective]
     mpicomm = world.Dup()
     results: list[report.Result] = []
+    compared: list = []  # bench.hosts.Comparison, where the ranks span hosts
     if a.transport == "cuda":
         from . import gpu
         gpu.use_device(world.Get_rank())
@@ -204,6 +218,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                         for n in names)
                     print(f"python -m bench: error: unknown algorithm {a.algorithm!r} "
                           f"(offered: {offered})", file=sys.stderr)
+                return 2
+            if a.hosts == "only" and comm.hosts < 2:
+                if rank0:
+                    print("python -m bench: error: --hosts only needs ranks on several "
+                          "hosts (docs/hosts.md)", file=sys.stderr)
                 return 2
             memcpy = runner.memcpy_gbps(mpicomm)
             table = report.Table()
@@ -220,16 +239,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print("# buffers: CuPy arrays on the GPU; baseline: " +
                           ("NCCL on the same buffers" if nccl else
                            f"MPI on host buffers ({why})"), flush=True)
-            for name in names:
-                res = _bench_one(name, a, comm, mpicomm, memcpy, table, nccl)
-                if res is not None:
-                    results.append(res)
+            many = _many_hosts(a, comm, mpicomm)
+            try:
+                for name in names:
+                    res = _bench_one(name, a, comm, mpicomm, memcpy, table, nccl) \
+                        if a.hosts != "only" else None
+                    if res is not None:
+                        results.append(res)
+                    if many is not None and algorithms_for(name, a.algorithm, comm):
+                        compared.append(many.run(name, _settings(a, [None]),
+                                                 getattr(a, "repeat", None), rank0))
+            finally:
+                if many is not None:
+                    many.close()
     finally:
         mpicomm.Free()
-    if world.Get_rank() == 0 and results:
+    if world.Get_rank() == 0 and (results or compared):
         if a.json:
-            report.write_json(a.json, results, as_list=a.collective == "all")
+            report.write_json(a.json, results, as_list=a.collective == "all",
+                              hosts=[c.as_json() for c in compared])
             print(f"# wrote {a.json}", flush=True)
         if a.plot and report.write_plot(a.plot, results):
             print(f"# wrote {a.plot}", flush=True)
-    return 1 if any(report.wrong(r) for res in results for r in res.rows) else 0
+    bad = any(report.wrong(r) for res in results for r in res.rows) or \
+        any(r.wrong for c in compared for r in c.rows)
+    return 1 if bad else 0

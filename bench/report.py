@@ -148,9 +148,20 @@ def _by_algorithm(rows: list[Row]) -> dict[str, list[Row]]:
     return out
 
 
-def write_json(path: str, results: list[Result], as_list: bool) -> None:
-    """One object for a single collective; a list of them for ``all``."""
-    doc = [r.as_json() for r in results] if as_list else results[0].as_json()
+def write_json(path: str, results: list[Result], as_list: bool,
+               hosts: Optional[list[dict]] = None) -> None:
+    """One object for a single collective; a list of them for ``all``.  Where
+    the ranks span several hosts, each object's ``"hosts"`` holds the
+    collective's comparison (bench.hosts), in the same order; with ``--hosts
+    only`` the objects hold the collective's name and that alone."""
+    docs = [r.as_json() for r in results]
+    for h in hosts or []:
+        mine = [d for d in docs if d["collective"] == h["collective"]] or \
+            [{"collective": h["collective"]}]
+        if mine[0] not in docs:
+            docs.append(mine[0])
+        mine[0]["hosts"] = h
+    doc = docs if as_list else docs[0]
     with open(path, "w") as f:
         json.dump(doc, f, indent=1, allow_nan=False)
         f.write("\n")

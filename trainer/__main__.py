@@ -53,7 +53,7 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--algorithm", default="ring",
                    help="algorithm of every collective ('auto' lets the library choose)")
-    p.add_argument("--transport", default="auto", choices=["auto", "shm", "mpi"])
+    p.add_argument("--transport", default="auto", choices=["auto", "shm", "mpi", "hier"])
     g = p.add_argument_group("pipeline, tensor and the process grid (a small next-token model)")
     g.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved"])
     g.add_argument("--micro-batches", type=int, default=4, help="m, per step")

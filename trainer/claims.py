@@ -59,3 +59,32 @@ def zero_table(psi: float, n: int, k: int = 12) -> list[tuple[str, str, float]]:
         ("ZeRO-2 (P_os+g)", "2Ψ+(2+K)Ψ/N", memory("zero2", n, psi, k)),
         ("ZeRO-3 (P_os+g+p)", "(2+2+K)Ψ/N", memory("zero3", n, psi, k)),
     ]
+
+
+def inter_traffic(strategy: str, host_of: list[int], psi: float, b: int = 2, rank: int = 0,
+                  accum: int = 1, hierarchical: bool = False) -> float | None:
+    """Predicted bytes that rank ``rank`` moves to other hosts per step (the
+    convention of ``traffic``), ranks on hosts ``host_of`` (docs/hosts.md).
+
+    The parameter server's messages are to and from rank 0: a worker on
+    another host than the server's moves all of its 2·Ψ·b across, the server
+    2·Ψ·b per such worker.  The flat ring sends everything to the next rank,
+    so a rank moves all of its bytes across or none, as its right-hand
+    neighbour is on another host or not.  The hierarchical algorithms (on
+    hosts of L ranks each) move across the textbook bytes of H ranks, one per
+    host, shared by the L ranks of a host.  None where there is no such
+    figure (another algorithm, or hierarchical on hosts of unequal sizes)."""
+    n, hosts = len(host_of), max(host_of) + 1
+    if hosts == 1:
+        return 0.0
+    away = [h != host_of[rank] for h in host_of]
+    if strategy == "ps":
+        if rank == 0:
+            return 2 * psi * b * sum(away)
+        return 2 * psi * b if away[0] else 0.0
+    if not hierarchical:
+        return traffic(strategy, n, psi, b, rank, accum) if away[(rank + 1) % n] else 0.0
+    sizes = {host_of.count(h) for h in range(hosts)}
+    if len(sizes) > 1:
+        return None
+    return traffic(strategy, hosts, psi, b, 0, accum) / sizes.pop()

@@ -53,12 +53,14 @@ def _run(cfg, comm, ctrl, progress, json_path, table) -> dict:
         sys.stdout.write("\n")
     moved, ctl = comm.traffic - t0, ctrl.traffic - c0
     mem = live_bytes(a for arrs in strat.state().values() for a in arrs)
-    mine = np.array([moved.sent_bytes, moved.recv_bytes, ctl.sent_bytes, ctl.recv_bytes, mem],
-                    np.float64)
+    mine = np.array([moved.sent_bytes, moved.recv_bytes, ctl.sent_bytes, ctl.recv_bytes, mem,
+                     moved.inter_sent_bytes, moved.inter_recv_bytes, comm.host], np.float64)
     every = ctrl.gather(mine, root=0)
     report = None
     if comm.rank == 0:
         report = _report(cfg, strat, model, comm.size, steps, wall, every)
+        if comm.hosts > 1:
+            report["inter_host"] = _inter_host(cfg, model, comm, every, report)
         if table:
             print_report(report)
         if json_path:
@@ -106,6 +108,25 @@ def _report(cfg, strat, model, n, steps, wall, every) -> dict:
     }
 
 
+def _inter_host(cfg, model, comm, every, rep: dict) -> dict:
+    """Bytes per step and rank to and from other hosts, beside the formula
+    (claims.inter_traffic): the flat ring with ``--algorithm ring``, the
+    hierarchical algorithms with ``auto`` on the "hier" transport."""
+    T, n, b = cfg.steps, comm.size, rep["bytes_per_element"]
+    host_of = [int(h) for h in every[:, 7]]
+    sent, recv = every[:, 5] / T, every[:, 6] / T
+    conv = rep["traffic"]["convention"]
+    measured = sent + recv if conv == "sent+recv" else sent
+    hier = comm.transport == "hier" and cfg.algorithm in (None, "auto")
+    known = cfg.strategy == "ps" or hier or cfg.algorithm == "ring"
+    pred = [claims.inter_traffic(cfg.strategy, host_of, model.n_params, b, r, cfg.accum, hier)
+            if known else None for r in range(n)]
+    return {"convention": conv, "host_of_rank": host_of,
+            "algorithms": "hierarchical" if hier else cfg.algorithm,
+            "measured_bytes_per_rank": measured.tolist(), "predicted_bytes_per_rank": pred,
+            "sent_bytes_per_rank": sent.tolist(), "recv_bytes_per_rank": recv.tolist()}
+
+
 def print_report(rep: dict) -> None:
     n, psi = rep["ranks"], rep["params"]
     tr, me = rep["traffic"], rep["memory"]
@@ -122,6 +143,22 @@ def print_report(rep: dict) -> None:
         print(f"{r:>4} {tr['sent_bytes_per_rank'][r] / 1e6:10.3f} {tr['recv_bytes_per_rank'][r] / 1e6:10.3f} "
               f"{mt / 1e6:12.3f} {pt / 1e6:13.3f} {_ratio(mt, pt):>7} "
               f"{tr['control_bytes_per_rank'][r]:7.0f} {mm / 1e6:9.3f} {pm / 1e6:9.3f} {_ratio(mm, pm):>7}")
+    if "inter_host" in rep:
+        print_inter_host(rep["inter_host"])
+
+
+def print_inter_host(ih: dict) -> None:
+    hosts = max(ih["host_of_rank"]) + 1
+    print(f"# to and from other hosts per step and rank ({ih['convention']}; {hosts} hosts, "
+          f"algorithms: {ih['algorithms']})")
+    print(f"{'rank':>4} {'host':>4} {'inter sent MB':>13} {'inter recv MB':>13} "
+          f"{'measured MB':>12} {'predicted MB':>13} {'ratio':>7}")
+    for r, h in enumerate(ih["host_of_rank"]):
+        mt, pt = ih["measured_bytes_per_rank"][r], ih["predicted_bytes_per_rank"][r]
+        print(f"{r:>4} {h:>4} {ih['sent_bytes_per_rank'][r] / 1e6:13.3f} "
+              f"{ih['recv_bytes_per_rank'][r] / 1e6:13.3f} {mt / 1e6:12.3f} "
+              f"{'-' if pt is None else format(pt / 1e6, '13.3f'):>13} "
+              f"{'-' if pt is None else _ratio(mt, pt):>7}")
 
 
 def _ratio(a, b) -> str:
