@@ -84,6 +84,7 @@ class Executor:
             if w is None:
                 return
             w._run()
+            w = None  # the call's arrays (regions too) go when their owner drops them
             with self._lock:
                 self._pending -= 1
                 if not self._pending:
