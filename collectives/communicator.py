@@ -11,7 +11,7 @@ from transports import (CollectiveError, CollectiveTimeout, KINDS, PeerFailure, 
 from transports.base import UNCHECKED, broken_error
 
 from . import arguments as args
-from . import debug, runtime
+from . import debug, regions, runtime
 from . import validate as v
 from .debug import CollectiveMismatch
 from .families import FAMILIES, offered
@@ -364,6 +364,9 @@ class Communicator:
         self._open(c)
         name, alg = self._pick(c, algorithm, 0)
         return self._move(c, alg, (), None, async_op, (0, None, None, None, name))
+
+    # -- communicator-allocated arrays (collectives/regions.py) --------------
+    empty, zeros = regions.empty, regions.zeros
 
     # -- point to point (collectives/p2p.py) ---------------------------------
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Work:

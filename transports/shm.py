@@ -1,12 +1,13 @@
 """POSIX shared-memory transport for the ranks of one host.
 
-Three modules, one job each:
+Four modules, one job each:
 
 * ``shm_segment``: the segment (created, mapped by every rank, unlinked at
   once) and its layout, every offset by name;
 * ``shm_slots``: the slot protocol of an endpoint (channels of slots,
   sends, receives, matching, unexpected messages, progress and waiting);
-* ``shm_exchange``: the staged ``exchange()`` through the exchange buffers.
+* ``shm_exchange``: the staged ``exchange()`` through the exchange buffers;
+* ``shm_regions``: communicator-allocated arrays, which every rank maps.
 
 This module assembles them: settings, the transport (its rank-block words:
 doorbells, sleeping flags, arrival, the note of a failed call) and its two
@@ -35,6 +36,7 @@ from . import _cma, _futex
 from ._wire import rank0_settings
 from .base import Transport, env_int
 from .errors import mismatched, peer_notice
+from .shm_regions import Regions
 from .shm_segment import (ARRIVED, ARRIVED_KEY, DOORBELL, FAILED, MASK, NOTE_BYTES, NOTE_LEN,
                           SHM_DIR, SHM_PREFIX, SLEEPING, Channel, Layout, open_segment)
 from .shm_slots import EAGER, EXTERNAL, MAX_MESSAGE_BYTES, RENDEZVOUS, ShmEndpoint
@@ -101,6 +103,19 @@ class ShmTransport(Transport):
         self.failed = [lay.i64(r, FAILED) for r in range(self.size)]
         self.coll = self.endpoint_class(self, 0, strict=True)
         self.p2p = self.endpoint_class(self, 1, strict=False)
+        # communicator-allocated arrays that every rank maps (shm_regions)
+        self.regions = Regions(mpicomm, self.rank, self.size)
+
+    # -- regions ----------------------------------------------------------
+    def mapped(self, peer: int, addr: int, nbytes: int) -> np.ndarray | None:
+        """[addr, addr + nbytes) of ``peer``'s address space as a uint8 view of
+        this rank's mapping, where it lies in a live region of ``peer``; else None."""
+        return self.regions.mapped(peer, addr, nbytes)
+
+    def locate(self, a) -> tuple[int, int] | None:
+        """(region address, offset) where ``a`` lies in one of this rank's live
+        regions; else None."""
+        return self.regions.locate(a)
 
     # -- rank block -------------------------------------------------------
     def ring(self, peer: int) -> None:
@@ -184,6 +199,7 @@ class ShmTransport(Transport):
     def close(self) -> None:
         for ep in (self.coll, self.p2p):
             ep.release()
+        self.regions.close()
         self._xchg_cache.clear()
         for mv in (self.u32, self.q64):
             mv.release()
