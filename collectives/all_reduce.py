@@ -188,7 +188,7 @@ ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling,
               "halving_doubling": halving_doubling, "direct": direct, "two_shot": two_shot}
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     """Latency-bound sizes take the fewest rounds; large ones the fewest bytes.
     Switch points from docs/performance.md's sweeps."""
     if nbytes <= 32 * 1024:  # one round through the exchange buffers

@@ -81,8 +81,10 @@ class Communicator:
         self._device: int | None = getattr(transport, "device", None)
         # exchange() through shared memory: the defaults take the staged algorithms
         self._shared = transport.coll.xchg_bytes > 0 and self._device is None
+        # and peers read each other's arrays where they lie (one_copy.py)
+        self._one_copy = self._shared and transport.coll.one_copy
         # call -> the algorithms offered here, by name (families.offered)
-        self._tables = offered(self._shared)
+        self._tables = offered(self._shared, self._one_copy)
         # all_reduce of up to this many bytes skips the scheduling (see there)
         self._small = SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
             else 0
@@ -118,7 +120,7 @@ class Communicator:
         ``nbytes`` (the input's nbytes: x for most calls, buf for broadcast,
         one block for gather and scatter) on this communicator."""
         self.algorithms(name)
-        return FAMILIES[name][1](int(nbytes), self.size, self._shared)
+        return FAMILIES[name][1](int(nbytes), self.size, self._shared, self._one_copy)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self._t.name
@@ -134,7 +136,7 @@ class Communicator:
         the function to run."""
         table, (everything, choose) = self._tables[call], FAMILIES[call]
         name = v.algorithm(call, algorithm, table, everything) or \
-            choose(nbytes, self.size, self._shared)
+            choose(nbytes, self.size, self._shared, self._one_copy)
         if nbytes == 0 and call != "barrier":
             return name, _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
         return name, table[name]

@@ -10,9 +10,10 @@ from typing import Callable
 from . import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather, reduce,
                reduce_scatter)
 
-# choose(nbytes, size, shared) -> name; shared: the transport's exchange() goes
-# through shared memory (shm, host arrays)
-Chooser = Callable[[int, int, bool], str]
+# choose(nbytes, size, shared, one_copy) -> name; shared: the transport's
+# exchange() goes through shared memory (shm, host arrays); one_copy: and the
+# one-copy algorithms are offered (one_copy.py)
+Chooser = Callable[[int, int, bool, bool], str]
 
 FAMILIES: dict[str, tuple[dict[str, Callable], Chooser]] = {
     "all_reduce": (all_reduce.ALGORITHMS, all_reduce.choose),
@@ -29,11 +30,14 @@ FAMILIES: dict[str, tuple[dict[str, Callable], Chooser]] = {
 CALLS: tuple[str, ...] = tuple(FAMILIES)
 
 
-def offered(shared: bool) -> dict[str, dict[str, Callable]]:
+def offered(shared: bool, one_copy: bool = False) -> dict[str, dict[str, Callable]]:
     """Each call's algorithms that a communicator offers, in table order: all
     of them where exchange() goes through shared memory (``shared``), else
     those not marked ``shared_only`` (built for exchange buffers that a peer
-    reads only part of, they would ship whole buffers as messages)."""
+    reads only part of, they would ship whole buffers as messages); those
+    marked ``one_copy_only`` only where the peers read each other's memory
+    (``one_copy``: shared memory with process_vm_readv working)."""
     return {call: {name: fn for name, fn in table.items()
-                   if shared or not getattr(fn, "shared_only", False)}
+                   if (shared or not getattr(fn, "shared_only", False))
+                   and (one_copy or not getattr(fn, "one_copy_only", False))}
             for call, (table, _) in FAMILIES.items()}

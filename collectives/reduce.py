@@ -83,7 +83,7 @@ ALGORITHMS = {"binomial": binomial, "reduce_scatter_gather": reduce_scatter_gath
               "direct": direct}
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if shared:
         return "direct"
     return "binomial" if nbytes <= 64 * 1024 or size <= 2 else "reduce_scatter_gather"

@@ -82,7 +82,7 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
 ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct}
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if shared:
         return "direct"
     return "recursive_halving" if nbytes <= 64 * 1024 else "ring"

@@ -51,7 +51,7 @@ def supported() -> bool:
             and _futex.available)
 
 
-def _settings() -> tuple[int, int, int, int]:
+def _settings() -> tuple[int, int, int, int, bool]:
     slot_bytes = env_int("COLLECTIVES_SHM_SLOT_BYTES", 256 * 1024)
     nslots = env_int("COLLECTIVES_SHM_SLOTS", 4)
     # the largest contribution that exchange() moves in one copy
@@ -59,13 +59,18 @@ def _settings() -> tuple[int, int, int, int]:
     # off by default: on the 2-core VM this was measured on, process_vm_readv
     # was no faster than two slot copies (docs/performance.md)
     cma_bytes = env_int("COLLECTIVES_SHM_CMA_BYTES", 0)
+    # the one-copy collectives (shm_direct), where the ranks may read each
+    # other's memory; 0 turns them off (the staged algorithms, as without CMA)
+    one_copy = env_int("COLLECTIVES_SHM_CMA", 1)
     if slot_bytes % 64 or slot_bytes <= 0:
         raise ValueError("COLLECTIVES_SHM_SLOT_BYTES must be a positive multiple of 64")
     if nslots < 1 or nslots & (nslots - 1):
         raise ValueError("COLLECTIVES_SHM_SLOTS must be a power of two")
     if xchg_bytes % 64 or xchg_bytes < 4096:
         raise ValueError("COLLECTIVES_SHM_XCHG_BYTES must be a multiple of 64, at least 4096")
-    return slot_bytes, nslots, xchg_bytes, max(0, cma_bytes)
+    if one_copy not in (0, 1):
+        raise ValueError("COLLECTIVES_SHM_CMA must be 0 or 1")
+    return slot_bytes, nslots, xchg_bytes, max(0, cma_bytes), bool(one_copy)
 
 
 class ShmTransport(Transport):
@@ -78,11 +83,16 @@ class ShmTransport(Transport):
             raise ValueError(f"transport='shm' needs an x86-64 Linux host (this is "
                              f"{platform.machine()}); use transport='mpi'")
         # rank 0's settings hold for all: the layout must be the same everywhere
-        self.slot_bytes, self.nslots, self.xchg_bytes, cma_bytes = \
+        self.slot_bytes, self.nslots, self.xchg_bytes, cma_bytes, one_copy = \
             rank0_settings(mpicomm, _settings)
+        # process_vm_readv between every pair, probed once (same user, no
+        # ptrace restriction in the way), where anything would use it
+        cma = bool(cma_bytes or one_copy) and _cma.works_between(mpicomm)
         # messages of cma_bytes and more go by rendezvous: the receiver copies
         # them straight out of the sender's buffer (one copy instead of two)
-        self.cma_bytes = cma_bytes if cma_bytes and _cma.works_between(mpicomm) else 0
+        self.cma_bytes = cma_bytes if cma else 0
+        # the one-copy collectives (shm_direct) are offered; else the staged ones
+        self.one_copy = one_copy and cma
         self.spin = env_int("COLLECTIVES_SPIN", 20)
         self.layout = Layout(self.size, self.nslots, self.slot_bytes, self.xchg_bytes)
         self.xchg_seq = 0
@@ -181,6 +191,12 @@ class ShmTransport(Transport):
             views = [self.mem[b:b + nbytes].view(dtype) for b in base]
             self._xchg_cache[key] = views
         return views
+
+    def mapped(self, peer: int, addr: int, nbytes: int) -> np.ndarray | None:
+        """``nbytes`` at ``addr`` in rank ``peer``'s memory as a uint8 view in
+        this process, where this rank maps them; None: read them with
+        process_vm_readv (shm_direct).  Nothing of a peer's is mapped here."""
+        return None
 
     def sleep(self, ctx: int, seen: int, timeout: float) -> None:
         """Sleep on this rank's doorbell; a wake-up lost to a race costs at most 2 ms."""
