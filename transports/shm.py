@@ -1,6 +1,6 @@
 """POSIX shared-memory transport for the ranks of one host.
 
-Four modules, one job each:
+Its modules, one job each:
 
 * ``shm_segment``: the segment (created, mapped by every rank, unlinked at
   once) and its layout, every offset by name;
@@ -118,8 +118,9 @@ class ShmTransport(Transport):
 
     # -- regions ----------------------------------------------------------
     def mapped(self, peer: int, addr: int, nbytes: int) -> np.ndarray | None:
-        """[addr, addr + nbytes) of ``peer``'s address space as a uint8 view of
-        this rank's mapping, where it lies in a live region of ``peer``; else None."""
+        """``nbytes`` at ``addr`` in rank ``peer``'s memory as a uint8 view in
+        this process, where they lie in a live region of ``peer`` (which every
+        rank maps); None: read them with process_vm_readv (shm_direct)."""
         return self.regions.mapped(peer, addr, nbytes)
 
     def locate(self, a) -> tuple[int, int] | None:
@@ -191,12 +192,6 @@ class ShmTransport(Transport):
             views = [self.mem[b:b + nbytes].view(dtype) for b in base]
             self._xchg_cache[key] = views
         return views
-
-    def mapped(self, peer: int, addr: int, nbytes: int) -> np.ndarray | None:
-        """``nbytes`` at ``addr`` in rank ``peer``'s memory as a uint8 view in
-        this process, where this rank maps them; None: read them with
-        process_vm_readv (shm_direct).  Nothing of a peer's is mapped here."""
-        return None
 
     def sleep(self, ctx: int, seen: int, timeout: float) -> None:
         """Sleep on this rank's doorbell; a wake-up lost to a race costs at most 2 ms."""
