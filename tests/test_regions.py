@@ -1,0 +1,50 @@
+"""Communicator-allocated arrays (``comm.empty``/``comm.zeros``): allocation,
+the peers' view of a rank's writes, release, mismatched arguments, every
+collective with region inputs and outputs, input that takes the normal path,
+and a killed rank (tests/regions_check.py says what each scenario checks).
+Nothing of ours is left in /dev/shm after any of them (test_faults' fixture)."""
+import re
+
+import pytest
+
+from launch import GFORKER, run_mpi
+from test_faults import dev_shm  # noqa: F401  (autouse: /dev/shm stays clean)
+
+SCRIPT = "tests/regions_check.py"
+
+
+def job(scenario: str, transport: str, n: int) -> None:
+    p = run_mpi(n, [SCRIPT, scenario, transport], timeout=180)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert sorted(map(int, re.findall(r"ok (\d+)", p.stdout))) == list(range(n)), p.stdout
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_allocation_on_shm(n):
+    job("alloc", "shm", n)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_allocation_on_mpi(n):
+    job("alloc", "mpi", n)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_collectives_on_shm_regions(n):
+    job("calls", "shm", n)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_collectives_on_mpi_arrays(n):
+    job("calls", "mpi", n)
+
+
+def test_killed_rank_leaves_nothing_in_dev_shm():
+    """Rank 1 SIGKILLs itself holding regions: the survivors raise PeerFailure
+    or CollectiveTimeout, and the fixture finds nothing of ours in /dev/shm
+    (the files were unlinked at allocation)."""
+    p = run_mpi(3, [SCRIPT, "kill", "shm"], timeout=60, launcher=GFORKER,
+                COLLECTIVES_TIMEOUT="3")
+    said = sorted(re.findall(r"survived (\d) (\w+)", p.stdout))
+    assert [r for r, _ in said] == ["0", "2"], p.stdout[-2000:] + p.stderr[-2000:]
+    assert all(e in ("PeerFailure", "CollectiveTimeout") for _, e in said), said
