@@ -1,17 +1,18 @@
 """Communicator-allocated arrays, run under mpiexec by test_regions.py.
 
-    mpiexec -n N python tests/regions_check.py SCENARIO TRANSPORT
+    mpiexec -n N python tests/regions_check.py SCENARIO[,SCENARIO...] TRANSPORT
 
+calls:  every collective, every algorithm offered, with inputs and outputs
+        in regions (and in place), against the numpy reference; then the
+        input that works through the normal path: arrays of another
+        communicator, a slice at an odd offset, a non-contiguous view.
 alloc:  shapes and dtypes; zeros are zero; on shm a rank's writes are seen
         by every peer through ``mapped``, and an array's mappings (the
         owner's and the peers') go once it and its views are gone; a
         mismatched shape or dtype raises the same error on every rank, and
         the communicator stays usable; an array outlives ``close`` as
-        memory of its own process, and nothing of the regions stays mapped.
-calls:  every collective, every algorithm offered, with inputs and outputs
-        in regions (and in place), against the numpy reference; then the
-        input that works through the normal path: arrays of another
-        communicator, a slice at an odd offset, a non-contiguous view.
+        memory of its own process, and nothing of the regions stays mapped
+        (it closes the communicator: the last scenario of a job).
 kill:   rank 1 SIGKILLs itself while it holds regions; the survivors get
         PeerFailure or CollectiveTimeout.
 Every rank prints "ok <rank>" at the end (one write).
@@ -53,16 +54,17 @@ def refused(kind, fn, *words) -> str:
 def alloc(comm) -> None:
     n, r, t = comm.size, comm.rank, comm._t
     shared = hasattr(t, "regions") and n > 1
-    for dt in cc.DTYPES:
-        for shape in SHAPES:
-            z = comm.zeros(shape, dt)
-            e = comm.empty(shape, dt)
-            for a in (z, e):
-                assert type(a) is np.ndarray and a.shape == shape and a.dtype == dt, a
-                assert a.flags.c_contiguous and a.flags.writeable
-            assert not z.reshape(-1).view(np.uint8).any(), z
-            e[...] = make(dt, shape, r)
-            expect(e, make(dt, shape, r), f"{dt} {shape}")
+    # every dtype, and every shape (a shape per dtype, all of them for one)
+    cases = [(dt, SHAPES[i % len(SHAPES)]) for i, dt in enumerate(cc.DTYPES)]
+    for dt, shape in cases + [(np.float32, s) for s in SHAPES]:
+        z = comm.zeros(shape, dt)
+        e = comm.empty(shape, dt)
+        for a in (z, e):
+            assert type(a) is np.ndarray and a.shape == shape and a.dtype == dt, a
+            assert a.flags.c_contiguous and a.flags.writeable
+        assert not z.reshape(-1).view(np.uint8).any(), z
+        e[...] = make(dt, shape, r)
+        expect(e, make(dt, shape, r), f"{dt} {shape}")
     del z, e
     assert comm.zeros(4).dtype == np.float64 and comm.empty([2, 2], "int32").shape == (2, 2)
     # a rank's writes, seen by every peer
@@ -195,14 +197,16 @@ def calls(comm) -> None:
         places = ["both", "in", "out"] + (["in_place"] if call in (
             "all_reduce", "all_gather", "all_to_all") else [])
         for alg in comm.algorithms(call):
-            for dt, m in ((np.float32, 1000), (np.int32, 37), (cc.bfloat16, 5)):
-                for place in places:
+            for dt, m, where in ((np.float32, 1000, places), (np.int32, 37, ["both"]),
+                                 (cc.bfloat16, 5, ["both"])):
+                for place in where:
                     seed += 1
                     run(comm, call, alg, dt, m, seed, place)
         # several rounds of the staged and one-copy paths (over 1 MiB)
         for alg in [None] + [a for a in comm.algorithms(call) if a == "one_copy"]:
             seed += 1
             run(comm, call, alg, np.float32, 300_000, seed, "both")
+    _pool.clear()
     foreign(comm)
 
 
@@ -259,9 +263,10 @@ def kill(comm) -> None:
     os._exit(0)  # MPI cannot finalize with a dead peer
 
 
-def main(scenario: str, transport: str) -> None:
+def main(scenarios: str, transport: str) -> None:
     comm = cc.init(transport=transport)
-    {"alloc": alloc, "calls": calls, "kill": kill}[scenario](comm)
+    for s in scenarios.split(","):
+        {"alloc": alloc, "calls": calls, "kill": kill}[s](comm)
     sys.stdout.write(f"ok {comm.rank}\n")  # one write: lines of ranks do not interleave
     sys.stdout.flush()
     comm.close()

@@ -19,24 +19,14 @@ def job(scenario: str, transport: str, n: int) -> None:
     assert sorted(map(int, re.findall(r"ok (\d+)", p.stdout))) == list(range(n)), p.stdout
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
-def test_allocation_on_shm(n):
-    job("alloc", "shm", n)
-
-
-@pytest.mark.parametrize("n", [1, 2, 4])
-def test_allocation_on_mpi(n):
-    job("alloc", "mpi", n)
-
-
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_collectives_on_shm_regions(n):
-    job("calls", "shm", n)
+def test_regions_on_shm(n):
+    job("calls,alloc", "shm", n)
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_collectives_on_mpi_arrays(n):
-    job("calls", "mpi", n)
+@pytest.mark.parametrize("n", [2, 4])
+def test_plain_arrays_on_mpi(n):
+    job("calls,alloc", "mpi", n)
 
 
 def test_killed_rank_leaves_nothing_in_dev_shm():
