@@ -66,9 +66,16 @@ def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct, "one_copy": one_copy}
 
 
+# one_copy where the N blocks add up to this many bytes (docs/performance.md)
+ONE_COPY_BYTES = 16 << 20
+
+
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     """One round through the exchange buffers while a block fits them; then the
     ring (Bruck's fewer rounds lose to direct below and to the ring's single
     copy per block above).  Through shared memory, direct at every size from 3
-    ranks (it needs no context switch per step)."""
+    ranks (it needs no context switch per step); where the peers read each
+    other's memory, one copy once the output outgrows the caches."""
+    if one_copy and size * nbytes >= ONE_COPY_BYTES:
+        return "one_copy"
     return "direct" if nbytes <= 32 * 1024 or (shared and size > 2) else "ring"

@@ -10,6 +10,9 @@ two <= N (see docs/algorithms.md):
   ring                2(N-1)/N * S
   recursive_doubling  log2(p2) * S, plus S for each rank in the fold
   halving_doubling    2(p2-1)/p2 * S, plus S for each rank in the fold
+  one_copy            2(N-1)/N * S: each rank reads its piece of every peer's
+                      input where it lies and reduces it, then reads the
+                      peers' reduced pieces (one copy each way; one_copy.py)
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from transports import Endpoint
 
 from . import ring as _ring
 from . import streaming
+from .one_copy import one_copy_only, read_all, reduce_pieces
 from .ops import in_rank_order
 from .ranks import Fold, block_bounds, chunks, peer_index
 
@@ -184,8 +188,34 @@ def halving_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
     _fold_out(ep, f, buf)
 
 
+@one_copy_only
+def one_copy(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+    """Reduce-scatter then all-gather, each byte read once from where it
+    lies: rank r reads piece r of every peer's input and reduces the N
+    pieces in rank order into its piece of ``buf``, then reads the peers'
+    reduced pieces out of their ``buf``.  In place, the pieces a rank writes
+    are never those its peers read in the same phase."""
+    src = buf if src is None else src
+    n, r, isz = ep.size, ep.rank, buf.itemsize
+    if n == 1:
+        if src is not buf:
+            np.copyto(buf, src)
+        return
+    b = block_bounds(buf.size, n)
+    own = (b[r + 1] - b[r]) * isz
+    rem = ep.expose(src)
+    reduce_pieces(rem, ep, src[b[r]:b[r + 1]], b[r], buf[b[r]:b[r + 1]], op)
+    rem.done(sent=buf.nbytes - own)
+    rem = ep.expose(buf)
+    read_all(rem, ep, lambda p: (b[p] * isz, buf[b[p]:b[p + 1]]))
+    rem.done(sent=(n - 1) * own)
+
+
+one_copy.takes_src = True
+
 ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling,
-              "halving_doubling": halving_doubling, "direct": direct, "two_shot": two_shot}
+              "halving_doubling": halving_doubling, "direct": direct, "two_shot": two_shot,
+              "one_copy": one_copy}
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:

@@ -81,7 +81,13 @@ def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy}
 
 
+# one_copy from N * S of this many bytes (docs/performance.md)
+ONE_COPY_BYTES = 32 << 20
+
+
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
+    if one_copy and size * nbytes >= ONE_COPY_BYTES:
+        return "one_copy"
     if shared:  # measured: docs/performance.md
         return "direct"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"

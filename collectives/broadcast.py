@@ -103,7 +103,13 @@ ALGORITHMS = {"binomial": binomial, "scatter_allgather": scatter_allgather, "cha
               "direct": direct, "one_copy": one_copy}
 
 
+# one_copy from N * S of this many bytes (docs/performance.md)
+ONE_COPY_BYTES = 32 << 20
+
+
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
+    if one_copy and size * nbytes >= ONE_COPY_BYTES:
+        return "one_copy"
     if shared:
         return "direct"
     if nbytes <= 64 * 1024 or size <= 2:

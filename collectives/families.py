@@ -23,7 +23,7 @@ FAMILIES: dict[str, tuple[dict[str, Callable], Chooser]] = {
     "reduce_scatter": (reduce_scatter.ALGORITHMS, reduce_scatter.choose),
     "all_to_all": (all_to_all.ALGORITHMS, all_to_all.choose),
     "gather": (gather.GATHER, gather.choose),
-    "scatter": (gather.SCATTER, gather.choose),
+    "scatter": (gather.SCATTER, gather.choose_scatter),
     "barrier": (barrier.ALGORITHMS, barrier.choose),
 }
 

@@ -43,8 +43,8 @@ def reduce_pieces(rem, ep, own: np.ndarray, start: int, out: np.ndarray, op) -> 
     same elements here), a CHUNK_BYTES piece of each peer at a time."""
     n, r, isz = ep.size, ep.rank, out.itemsize
     step = max(1, CHUNK_BYTES // isz)
-    span = step * isz
-    scratch = np.empty(min(out.nbytes, span) * (n - 1), np.uint8)
+    span = min(out.nbytes, step * isz)  # one peer's piece of a step
+    scratch = np.empty(span * (n - 1), np.uint8)
     overlap = r >= 2 and np.may_share_memory(own, out)  # in place: keep own until added
     for lo in range(0, out.size, step):
         hi = min(out.size, lo + step)

@@ -5,6 +5,8 @@ Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
   recursive_halving  (p2-1)/p2 * S in log2(p2) steps, plus S for the ranks
                      of the fold (and their block back)
   direct             (N-1)/N * S sent and received, one round per exchange buffer
+  one_copy           the same bytes: each rank reads block ``rank`` of every
+                     peer's x where it lies and reduces it (one_copy.py)
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from .one_copy import one_copy_only, reduce_pieces
 from .ops import in_rank_order
 from .ranks import Fold, chunks, peer_index
 
@@ -79,7 +82,21 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
                       out[lo:hi])
 
 
-ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct}
+@one_copy_only
+def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
+    """Each rank reads its block of every peer's ``x`` and reduces the N
+    blocks in rank order into ``out``, a chunk at a time."""
+    n, m, r = ep.size, out.size, ep.rank
+    if n == 1:
+        np.copyto(out, x)
+        return
+    rem = ep.expose(x)
+    reduce_pieces(rem, ep, x[r * m:(r + 1) * m], r * m, out, op)
+    rem.done(sent=(n - 1) * out.nbytes)
+
+
+ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct,
+              "one_copy": one_copy}
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:

@@ -24,6 +24,8 @@ CollectiveTimeout, a failed read names the rank.
 """
 from __future__ import annotations
 
+import errno
+import time
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
     from .shm import ShmTransport
 
 PRESPIN = 8  # looks at late peers before waiting like any call (as exchange does)
+# a read that fails while its owner is being killed: how long to wait for the
+# owner to be seen dead (its memory can go before its process does)
+DYING_S = 0.5
 
 
 class Direct:
@@ -139,8 +144,8 @@ class Remote:
         try:
             _cma.read(t.liveness.pids[p], addr, dest)
         except OSError as e:
-            if t.liveness.dead([p]):
-                raise PeerFailure(f"rank(s) [{p}] died during a one-copy read",
+            if e.errno == errno.ESRCH or _dies(t.liveness, p):
+                raise PeerFailure(f"rank(s) [{p}] died during {self.ep.what}",
                                   ranks=[p]) from None
             raise CollectiveError(f"reading rank {p}'s memory failed: {e}", ranks=[p]) from None
 
@@ -155,3 +160,13 @@ class Remote:
         for p in d.peers:
             t.ring(p)
         d._wait(D_DONE, self.k, self.ep.block)
+
+
+def _dies(liveness, p: int) -> bool:
+    """Whether rank p is dead, or is seen dead within DYING_S."""
+    end = time.monotonic() + DYING_S
+    while not liveness.dead([p]):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
