@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import secrets
 import weakref
 
@@ -43,6 +44,7 @@ from .shm_segment import PAGE, SHM_DIR, SHM_PREFIX
 
 HEADER = PAGE  # the header's bytes; the data follows at this offset
 FREED = 0      # i64 index in the header: set by the owner once its array is gone
+NAME = re.compile(re.escape(SHM_PREFIX) + "[0-9a-f]{32}")
 
 
 class PeerRegion:
@@ -206,6 +208,9 @@ def _map_peers(where: list, me: int) -> tuple[dict[int, PeerRegion], OSError | N
     try:
         for p, (name, addr, nbytes) in enumerate(where):
             if p != me:
+                # only a name this module makes, of the size every rank agreed on
+                if not NAME.fullmatch(name) or nbytes != where[me][2]:
+                    raise OSError(f"rank {p} published the region {name!r} of {nbytes} bytes")
                 fd = _open(name, HEADER + nbytes)
                 try:
                     mem = np.frombuffer(mmap.mmap(fd, HEADER + nbytes), np.uint8)
