@@ -33,14 +33,13 @@ from __future__ import annotations
 import mmap
 import os
 import re
-import secrets
 import weakref
 
 import numpy as np
 
 from . import _wire
 from .errors import CollectiveError
-from .shm_segment import PAGE, SHM_DIR, SHM_PREFIX
+from .shm_segment import PAGE, SHM_DIR, SHM_PREFIX, create
 
 HEADER = PAGE  # the header's bytes; the data follows at this offset
 FREED = 0      # i64 index in the header: set by the owner once its array is gone
@@ -79,7 +78,7 @@ class Regions:
         self.sweep()
         name, whole, header, err = None, None, None, None
         try:
-            name = _create(HEADER + nbytes)
+            name = create(HEADER + nbytes, "")
             whole, header = _map_own(name, nbytes)
         except OSError as e:
             err = e
@@ -167,21 +166,6 @@ def _freed(flag: np.ndarray, mine: dict, addr: int) -> None:
 
 def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
-
-
-def _create(nbytes: int) -> str:
-    """A new file of ``nbytes`` under a fresh unguessable name, or OSError."""
-    st = os.statvfs(SHM_DIR)
-    if st.f_bavail * st.f_frsize < nbytes:
-        raise OSError(f"{SHM_DIR} has {st.f_bavail * st.f_frsize} bytes free")
-    name = SHM_PREFIX + secrets.token_hex(16)
-    fd = os.open(os.path.join(SHM_DIR, name),
-                 os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.ftruncate(fd, nbytes)
-    finally:
-        os.close(fd)
-    return name
 
 
 def _open(name: str, size: int) -> int:

@@ -145,7 +145,7 @@ def open_segment(mpicomm, nbytes: int) -> mmap.mmap:
     name, err = None, None
     if rank == 0:
         try:
-            name = _create(nbytes)
+            name = create(nbytes)
         except OSError as e:
             name, err = None, e
     name = _wire.bcast(mpicomm, name, root=0)
@@ -179,12 +179,14 @@ def open_segment(mpicomm, nbytes: int) -> mmap.mmap:
     return mm
 
 
-def _create(nbytes: int) -> str:
-    """A new segment of ``nbytes`` under a fresh unguessable name, or OSError."""
+def create(nbytes: int, hint: str = "; set COLLECTIVES_SHM_SLOT_BYTES or "
+           "COLLECTIVES_SHM_SLOTS lower") -> str:
+    """A new file of ``nbytes`` in /dev/shm under a fresh unguessable name
+    (the segment's, or a region's: shm_regions), or OSError (``hint``: what
+    to do where /dev/shm lacks the room)."""
     st = os.statvfs(SHM_DIR)
     if st.f_bavail * st.f_frsize < nbytes:
-        raise OSError(f"{SHM_DIR} has {st.f_bavail * st.f_frsize} bytes free; "
-                      f"set COLLECTIVES_SHM_SLOT_BYTES or COLLECTIVES_SHM_SLOTS lower")
+        raise OSError(f"{SHM_DIR} has {st.f_bavail * st.f_frsize} bytes free{hint}")
     name = SHM_PREFIX + secrets.token_hex(16)
     fd = os.open(os.path.join(SHM_DIR, name),
                  os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
