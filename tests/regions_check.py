@@ -3,7 +3,8 @@
     mpiexec -n N python tests/regions_check.py SCENARIO[,SCENARIO...] TRANSPORT
 
 calls:  every collective, every algorithm offered, with inputs and outputs
-        in regions (and in place), against the numpy reference; then the
+        in regions (and in place), against the numpy reference; a non-blocking
+        call on a region that an allocation waits for; then the
         input that works through the normal path: arrays of another
         communicator, a slice at an odd offset, a non-contiguous view.
 alloc:  shapes and dtypes; zeros are zero; on shm a rank's writes are seen
@@ -192,6 +193,7 @@ def run(comm, call: str, alg: str, dt, m: int, seed: int, place: str) -> None:
 
 
 def calls(comm) -> None:
+    n, r = comm.size, comm.rank
     seed = 0
     for call in CALLS:
         places = ["both", "in", "out"] + (["in_place"] if call in (
@@ -207,6 +209,12 @@ def calls(comm) -> None:
             seed += 1
             run(comm, call, alg, np.float32, 300_000, seed, "both")
     _pool.clear()
+    # a non-blocking call on a region; an allocation waits for it first
+    x = comm.zeros(100_000, np.float32)
+    x += r + 1
+    h = comm.all_reduce(x, out=x, async_op=True)
+    comm.empty(3)
+    assert h.done() and (h.wait() == n * (n + 1) // 2).all()
     foreign(comm)
 
 
