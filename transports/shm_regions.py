@@ -123,19 +123,19 @@ class Regions:
     def mapped(self, peer: int, addr: int, nbytes: int) -> np.ndarray | None:
         """The bytes [addr, addr + nbytes) of ``peer``'s address space, as a
         uint8 view of this rank's mapping, where they lie in one of the
-        peer's live regions; else None."""
-        found = None
+        peer's live regions; else None.  A freed region that it meets (the
+        owner may since have mapped a new one at the same addresses) is
+        skipped, and the mappings of freed regions are dropped."""
+        stale = False
         for g in self.peers[peer]:
             if g.addr <= addr and addr + nbytes <= g.addr + g.nbytes:
-                found = g
-                break
-        if found is None:
-            return None
-        if not found.live():
+                if g.live():
+                    lo = addr - g.addr
+                    return g.data[lo:lo + nbytes]
+                stale = True
+        if stale:
             self.sweep()
-            return None
-        lo = addr - found.addr
-        return found.data[lo:lo + nbytes]
+        return None
 
     def locate(self, a: np.ndarray) -> tuple[int, int] | None:
         """(the region's data address, ``a``'s offset in it) where the numpy
