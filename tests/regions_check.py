@@ -206,7 +206,7 @@ def calls(comm) -> None:
                     seed += 1
                     run(comm, call, alg, dt, m, seed, place)
         # several rounds of the staged and one-copy paths (over 1 MiB)
-        for alg in [None] + [a for a in comm.algorithms(call) if a == "one_copy"]:
+        for alg in [None] + [a for a in comm.algorithms(call) if a in ("one_copy", "in_place")]:
             seed += 1
             run(comm, call, alg, np.float32, 300_000, seed, "both")
     _pool.clear()

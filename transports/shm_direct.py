@@ -101,6 +101,20 @@ class Remote:
     def __init__(self, d: Direct, k: int, ep):
         self.d, self.k, self.ep = d, k, ep
 
+    def in_regions(self, own) -> bool:
+        """Whether every rank's source lies in a communicator-allocated array
+        (shm_regions): ``own``, this rank's, in one of its own, and each
+        peer's in one that this rank maps.  Every rank maps every live region
+        of the communicator, so every rank gets the same answer."""
+        t, q = self.d.t, self.d.t.q64
+        if own is None or not own.nbytes or t.locate(own) is None:
+            return False
+        for p, i in self.d.block_of.items():
+            n = q[i + D_BYTES]
+            if not n or t.mapped(p, q[i + D_ADDR], n) is None:
+                return False
+        return True
+
     def _where(self, p: int, off: int, n: int) -> int:
         """The address of bytes [off, off + n) of peer p's source, checked."""
         q, i = self.d.t.q64, self.d.block_of[p]
