@@ -25,7 +25,7 @@ from transports import Endpoint
 
 from . import ring as _ring
 from . import streaming
-from .one_copy import one_copy_only, read_all, reduce_pieces
+from .one_copy import IN_PLACE_BYTES, one_copy_only, read_all, reduce_pieces, regions_or_staged
 from .ops import in_rank_order
 from .ranks import Fold, block_bounds, chunks, peer_index
 
@@ -228,18 +228,15 @@ def in_place(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -
     mappings of it, and gather the reduced pieces from the owners' ``buf``
     (from their mappings too where those are such arrays).  Otherwise the
     staged algorithm that ``choose`` takes without one-copy.  The first
-    publication decides, and every rank decides alike (``in_regions``)."""
+    publication decides, and every rank decides alike (one_copy.py)."""
     src = buf if src is None else src
     if ep.size == 1:
         if src is not buf:
             np.copyto(buf, src)
         return
-    rem = ep.expose(src)
-    if rem.in_regions(src):
-        _one_copy(ep, rem, buf, op, src)
-        return
-    rem.done()
-    ALGORITHMS[choose(buf.nbytes, ep.size, shared=True)](ep, buf, op, src)
+    staged = ALGORITHMS[choose(buf.nbytes, ep.size, shared=True)]
+    regions_or_staged(ep, src, lambda rem: _one_copy(ep, rem, buf, op, src),
+                      lambda: staged(ep, buf, op, src))
 
 
 in_place.takes_src = True
@@ -247,11 +244,6 @@ in_place.takes_src = True
 ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling,
               "halving_doubling": halving_doubling, "direct": direct, "two_shot": two_shot,
               "one_copy": one_copy, "in_place": in_place}
-
-# in_place from here where one-copy is offered: on communicator-allocated
-# arrays it reduces from the peers' mappings (measured faster at 16 and 64
-# MiB), on others it costs one more publication than the staged choice
-IN_PLACE_BYTES = 16 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:

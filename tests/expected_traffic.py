@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fractions import Fraction as F
 
-from collectives.all_reduce import choose as staged_all_reduce
+from collectives.families import FAMILIES
 
 
 def _p2(n: int) -> int:
@@ -51,7 +51,7 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0,
     if n == 1:
         return 0, 0
     if alg == "in_place":  # on arrays not communicator-allocated: the staged choice
-        alg = staged_all_reduce(S, n, shared=True)
+        alg = FAMILIES[call][1](S, n, True)
     if alg == "one_copy":  # a reader counts what it reads, an owner what is read of it
         alg, shared = {"all_reduce": "ring", "reduce": "reduce_scatter_gather",
                        "gather": "linear", "scatter": "linear"}.get(call, "direct"), True
