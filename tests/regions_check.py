@@ -6,7 +6,8 @@ calls:  every collective, every algorithm offered, with inputs and outputs
         in regions (and in place), against the numpy reference; a non-blocking
         call on a region that an allocation waits for; then the
         input that works through the normal path: arrays of another
-        communicator, a slice at an odd offset, a non-contiguous view.
+        communicator, regions on some ranks only, a slice at an odd offset,
+        a non-contiguous view.
 alloc:  shapes and dtypes; zeros are zero; on shm a rank's writes are seen
         by every peer through ``mapped``, and an array's mappings (the
         owner's and the peers') go once it and its views are gone; a
@@ -234,6 +235,17 @@ def foreign(comm) -> None:
         expect(comm.all_reduce(a, algorithm=alg), reduced(n, np.float32, (n, 100)),
                f"all_reduce/{alg} of another communicator's array")
     sub.close()
+    # a region on some ranks, a plain array on the others: every rank takes
+    # the same path
+    mixed = comm.empty((n, 100), np.float32)  # collective: every rank allocates
+    if r % 2:
+        mixed = np.empty((n, 100), np.float32)
+    mixed[...] = make(np.float32, (n, 100), r)
+    for call in ("all_reduce", "reduce_scatter"):
+        for alg in comm.algorithms(call):
+            want = reduced(n, np.float32, (n, 100))
+            got = getattr(comm, call)(mixed, algorithm=alg)
+            expect(got, want if call == "all_reduce" else want[r], f"{call}/{alg} mixed")
     # a contiguous slice at an odd byte offset, and a non-contiguous view
     b = comm.zeros(1001, np.uint8)
     odd = b[1:]
