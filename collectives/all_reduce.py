@@ -22,7 +22,7 @@ from transports import Endpoint
 
 from . import ring as _ring
 from . import streaming
-from .one_copy import one_copy_only, read_all, reduce_pieces
+from .one_copy import one_copy_only, read_all, reduce_piece
 from .ops import in_rank_order
 from .ranks import Fold, block_bounds, chunks, peer_index
 
@@ -202,13 +202,10 @@ def one_copy(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -
             np.copyto(buf, src)
         return
     b = block_bounds(buf.size, n)
-    own = (b[r + 1] - b[r]) * isz
-    rem = ep.expose(src)
-    reduce_pieces(rem, ep, src[b[r]:b[r + 1]], b[r], buf[b[r]:b[r + 1]], op)
-    rem.done(sent=buf.nbytes - own)
+    reduce_piece(ep, src, b, buf[b[r]:b[r + 1]], op)
     rem = ep.expose(buf)
     read_all(rem, ep, lambda p: (b[p] * isz, buf[b[p]:b[p + 1]]))
-    rem.done(sent=(n - 1) * own)
+    rem.done(sent=(n - 1) * (b[r + 1] - b[r]) * isz)
 
 
 one_copy.takes_src = True
