@@ -51,14 +51,15 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 
 @one_copy_only
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
-    """Every rank reads every peer's ``x`` straight into its block of ``out``."""
+    """Every rank reads every peer's ``x`` straight into its block of ``out``
+    (its own block copied once x is published: the peers need not wait for it)."""
     n, m, r = ep.size, x.size, ep.rank
+    rem = ep.expose(x) if n > 1 else None
     mine = out[r * m:(r + 1) * m]
     if address(mine) != address(x):  # in place, x is already there
         np.copyto(mine, x)
-    if n == 1:
+    if rem is None:
         return
-    rem = ep.expose(x)
     read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]))
     rem.done(sent=(n - 1) * x.nbytes)
 

@@ -25,7 +25,7 @@ from transports import Endpoint
 
 from . import ring as _ring
 from . import streaming
-from .one_copy import IN_PLACE_BYTES, one_copy_only, read_all, reduce_pieces, regions_or_staged
+from .one_copy import IN_PLACE_BYTES, one_copy_only, read_all, reduce_piece, regions_or_staged
 from .ops import in_rank_order
 from .ranks import Fold, block_bounds, chunks, peer_index
 
@@ -210,12 +210,10 @@ def _one_copy(ep: Endpoint, rem, buf: np.ndarray, op, src: np.ndarray) -> None:
     """``one_copy`` once every rank has exposed its ``src`` (``rem``)."""
     n, r, isz = ep.size, ep.rank, buf.itemsize
     b = block_bounds(buf.size, n)
-    own = (b[r + 1] - b[r]) * isz
-    reduce_pieces(rem, ep, src[b[r]:b[r + 1]], b[r], buf[b[r]:b[r + 1]], op)
-    rem.done(sent=buf.nbytes - own)
+    reduce_piece(ep, src, b, buf[b[r]:b[r + 1]], op, rem)
     rem = ep.expose(buf)
     read_all(rem, ep, lambda p: (b[p] * isz, buf[b[p]:b[p + 1]]))
-    rem.done(sent=(n - 1) * own)
+    rem.done(sent=(n - 1) * (b[r + 1] - b[r]) * isz)
 
 
 one_copy.takes_src = True

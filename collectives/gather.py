@@ -121,11 +121,11 @@ def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
 def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     """Root reads every peer's ``x`` straight into its block of ``out``."""
     n, m, me = ep.size, x.size, ep.rank
+    rem = ep.expose(None if me == root else x) if n > 1 else None
     if me == root and not _is_block(out, root, x):
         np.copyto(out[root * m:(root + 1) * m], x)
-    if n == 1:
+    if rem is None:
         return
-    rem = ep.expose(None if me == root else x)
     if me == root:
         read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]))
     rem.done(sent=0 if me == root else x.nbytes)
@@ -133,13 +133,14 @@ def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
 
 @one_copy_only
 def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
-    """Every other rank reads its block of root's ``x`` straight into ``out``."""
+    """Every other rank reads its block of root's ``x`` straight into ``out``
+    (root copies its own while they read)."""
     n, me = ep.size, ep.rank
+    rem = ep.expose(x if me == root else None) if n > 1 else None
     if me == root and not _is_block(x, root, out):
         np.copyto(out, x[root * out.size:(root + 1) * out.size])
-    if n == 1:
+    if rem is None:
         return
-    rem = ep.expose(x if me == root else None)
     if me != root:
         rem.read(root, me * out.nbytes, out)
     rem.done(sent=(n - 1) * out.nbytes if me == root else 0)

@@ -56,6 +56,18 @@ def read_all(rem, ep, blocks: Callable[[int], tuple[int, np.ndarray]]) -> None:
         rem.read(p, off, dest)
 
 
+def reduce_piece(ep, src: np.ndarray, bounds, out: np.ndarray, op, rem=None) -> None:
+    """The first phase of all_reduce and reduce: ``out`` = piece ``rank``
+    (``bounds``: ``block_bounds``) of every rank's ``src``, reduced in rank
+    order, the peers' read where they lie; returns once every peer has read
+    its piece of this rank's ``src``.  ``rem``: ``src``'s publication, where
+    it is made already (``regions_or_staged``)."""
+    r = ep.rank
+    rem = ep.expose(src) if rem is None else rem
+    reduce_pieces(rem, ep, src[bounds[r]:bounds[r + 1]], bounds[r], out, op)
+    rem.done(sent=src.nbytes - out.nbytes)
+
+
 def reduce_pieces(rem, ep, own: np.ndarray, start: int, out: np.ndarray, op) -> None:
     """``out`` = the rank-order reduction of elements ``[start, start +
     out.size)`` of every rank's exposed source (this rank's: ``own``, the

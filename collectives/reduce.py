@@ -17,7 +17,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .one_copy import one_copy_only, read_all, reduce_pieces
+from .one_copy import one_copy_only, read_all, reduce_piece
 from .ops import in_rank_order
 from .ranks import absolute, block_bounds, chunks, rel
 
@@ -87,16 +87,14 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
     """Each rank reduces its piece of every rank's ``x`` (read where it lies,
     in rank order), then root reads the reduced pieces into ``out``."""
-    n, r, isz = ep.size, ep.rank, x.itemsize
+    n, r = ep.size, ep.rank
     if n == 1:
         if out is not x:
             np.copyto(out, x)
         return
     b = block_bounds(x.size, n)
     mine = out[b[r]:b[r + 1]] if r == root else np.empty(b[r + 1] - b[r], x.dtype)
-    rem = ep.expose(x)
-    reduce_pieces(rem, ep, x[b[r]:b[r + 1]], b[r], mine, op)
-    rem.done(sent=x.nbytes - mine.nbytes)
+    reduce_piece(ep, x, b, mine, op)
     rem = ep.expose(None if r == root else mine)
     if r == root:
         read_all(rem, ep, lambda p: (0, out[b[p]:b[p + 1]]))

@@ -14,7 +14,6 @@ largest one-copy threshold, checking its result.  Rank 0 writes
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import os

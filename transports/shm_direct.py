@@ -88,10 +88,10 @@ class Direct:
             if not late:
                 return
 
-        def step():
+        def step():  # a peer that gets there is progress (the deadline restarts)
             nonlocal late
-            late = [(p, i) for p, i in late if q[i] != k]
-            return not late, False
+            was, late = len(late), [(p, i) for p, i in late if q[i] != k]
+            return not late, len(late) < was
         block(step, lambda: self.peers, lambda: [p for p, _ in late])
 
 
