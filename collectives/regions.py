@@ -37,7 +37,7 @@ def zeros(comm, shape, dtype=np.float64) -> np.ndarray:
 def allocate(comm, call: str, shape, dtype, zero: bool) -> np.ndarray:
     """Every rank's array of one collective allocation (see the module)."""
     comm._open(call)
-    mine = request(call, shape, dtype)
+    mine = request(shape, dtype)
     comm._exec.drain()  # no call in flight while the ranks allocate
     if comm._broken is not None:
         raise broken_error(comm._broken)
@@ -50,7 +50,7 @@ def allocate(comm, call: str, shape, dtype, zero: bool) -> np.ndarray:
     return (np.zeros if zero else np.empty)(shape, dt)
 
 
-def request(call: str, shape, dtype) -> list:
+def request(shape, dtype) -> list:
     """This rank's [error kind, shape or message, dtype index], as JSON carries
     it: kind "" where the arguments are good."""
     dims = [shape] if isinstance(shape, numbers.Integral) else shape

@@ -7,6 +7,7 @@ Its modules, one job each:
 * ``shm_slots``: the slot protocol of an endpoint (channels of slots,
   sends, receives, matching, unexpected messages, progress and waiting);
 * ``shm_exchange``: the staged ``exchange()`` through the exchange buffers;
+* ``shm_direct``: the one-copy path, peers reading a rank's array where it lies;
 * ``shm_regions``: communicator-allocated arrays, which every rank maps.
 
 This module assembles them: settings, the transport (its rank-block words:
