@@ -4,6 +4,8 @@ Bytes on the wire per rank, S = x.nbytes (one block; docs/algorithms.md):
   ring   (N-1) * S sent and received, in N-1 steps
   direct (N-1) * S sent and received, in one round per exchange buffer
   bruck  (N-1) * S sent and received, in ceil(log2 N) steps
+  one_copy (N-1) * S sent and received: each rank reads every peer's x
+         where it lies, straight into out (one copy; one_copy.py)
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from .arrays import address
+from .one_copy import one_copy_only, read_all
 from .ranks import chunks
 
 
@@ -45,12 +49,34 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
             np.copyto(out[i * m + lo:i * m + hi], v)
 
 
-ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct}
+@one_copy_only
+def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """Every rank reads every peer's ``x`` straight into its block of ``out``
+    (its own block copied once x is published: the peers need not wait for it)."""
+    n, m, r = ep.size, x.size, ep.rank
+    rem = ep.expose(x) if n > 1 else None
+    mine = out[r * m:(r + 1) * m]
+    if address(mine) != address(x):  # in place, x is already there
+        np.copyto(mine, x)
+    if rem is None:
+        return
+    read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]))
+    rem.done(sent=(n - 1) * x.nbytes)
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct, "one_copy": one_copy}
+
+
+# one_copy where the N blocks add up to this many bytes (docs/performance.md)
+ONE_COPY_BYTES = 16 << 20
+
+
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     """One round through the exchange buffers while a block fits them; then the
     ring (Bruck's fewer rounds lose to direct below and to the ring's single
     copy per block above).  Through shared memory, direct at every size from 3
-    ranks (it needs no context switch per step)."""
+    ranks (it needs no context switch per step); where the peers read each
+    other's memory, one copy once the output outgrows the caches."""
+    if one_copy and size * nbytes >= ONE_COPY_BYTES:
+        return "one_copy"
     return "direct" if nbytes <= 32 * 1024 or (shared and size > 2) else "ring"

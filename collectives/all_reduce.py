@@ -10,6 +10,12 @@ two <= N (see docs/algorithms.md):
   ring                2(N-1)/N * S
   recursive_doubling  log2(p2) * S, plus S for each rank in the fold
   halving_doubling    2(p2-1)/p2 * S, plus S for each rank in the fold
+  one_copy            2(N-1)/N * S: each rank reads its piece of every peer's
+                      input where it lies and reduces it, then reads the
+                      peers' reduced pieces (one copy each way; one_copy.py)
+  in_place            one_copy's where every rank's input is communicator-
+                      allocated (read from the peers' mappings), else the
+                      staged choice's
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from transports import Endpoint
 
 from . import ring as _ring
 from . import streaming
+from .one_copy import IN_PLACE_BYTES, one_copy_only, read_all, reduce_piece, regions_or_staged
 from .ops import in_rank_order
 from .ranks import Fold, block_bounds, chunks, peer_index
 
@@ -184,16 +191,67 @@ def halving_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
     _fold_out(ep, f, buf)
 
 
+@one_copy_only
+def one_copy(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+    """Reduce-scatter then all-gather, each byte read once from where it
+    lies: rank r reads piece r of every peer's input and reduces the N
+    pieces in rank order into its piece of ``buf``, then reads the peers'
+    reduced pieces out of their ``buf``.  In place, the pieces a rank writes
+    are never those its peers read in the same phase."""
+    src = buf if src is None else src
+    if ep.size == 1:
+        if src is not buf:
+            np.copyto(buf, src)
+        return
+    _one_copy(ep, ep.expose(src), buf, op, src)
+
+
+def _one_copy(ep: Endpoint, rem, buf: np.ndarray, op, src: np.ndarray) -> None:
+    """``one_copy`` once every rank has exposed its ``src`` (``rem``)."""
+    n, r, isz = ep.size, ep.rank, buf.itemsize
+    b = block_bounds(buf.size, n)
+    reduce_piece(ep, src, b, buf[b[r]:b[r + 1]], op, rem)
+    rem = ep.expose(buf)
+    read_all(rem, ep, lambda p: (b[p] * isz, buf[b[p]:b[p + 1]]))
+    rem.done(sent=(n - 1) * (b[r + 1] - b[r]) * isz)
+
+
+one_copy.takes_src = True
+
+
+@one_copy_only
+def in_place(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+    """``one_copy`` where every rank's input is a communicator-allocated
+    array (``comm.empty``/``zeros``): the peers reduce it straight from their
+    mappings of it, and gather the reduced pieces from the owners' ``buf``
+    (from their mappings too where those are such arrays).  Otherwise the
+    staged algorithm that ``choose`` takes without one-copy.  The first
+    publication decides, and every rank decides alike (one_copy.py)."""
+    src = buf if src is None else src
+    if ep.size == 1:
+        if src is not buf:
+            np.copyto(buf, src)
+        return
+    staged = ALGORITHMS[choose(buf.nbytes, ep.size, shared=True)]
+    regions_or_staged(ep, src, lambda rem: _one_copy(ep, rem, buf, op, src),
+                      lambda: staged(ep, buf, op, src))
+
+
+in_place.takes_src = True
+
 ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling,
-              "halving_doubling": halving_doubling, "direct": direct, "two_shot": two_shot}
+              "halving_doubling": halving_doubling, "direct": direct, "two_shot": two_shot,
+              "one_copy": one_copy, "in_place": in_place}
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     """Latency-bound sizes take the fewest rounds; large ones the fewest bytes.
     Switch points from docs/performance.md's sweeps."""
     if nbytes <= 32 * 1024:  # one round through the exchange buffers
         return "direct"
     if shared:  # the staged algorithms: one exchange per round, no messages
+        if one_copy and nbytes >= IN_PLACE_BYTES:
+            return "in_place"
         if nbytes <= 256 * 1024 or (size == 2 and nbytes > 4 << 20):
             return "direct"
         return "two_shot"

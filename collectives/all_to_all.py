@@ -4,6 +4,8 @@ Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
   pairwise  (N-1)/N * S sent and received, in N-1 steps
   linear    the same bytes, all N-1 exchanges posted at once
   direct    the same bytes, one round per exchange buffer
+  one_copy  the same bytes: each rank reads its block of every peer's x
+            where it lies (one copy; one_copy.py)
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 
 from transports import Endpoint
 
+from .one_copy import one_copy_only, read_all
 from .ranks import chunks, peer_index
 
 
@@ -60,10 +63,31 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
             np.copyto(out[r * m + lo:r * m + hi], x[r * m + lo:r * m + hi])
 
 
-ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct}
+@one_copy_only
+def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """Each rank reads block ``rank`` of every peer's ``x`` straight into
+    ``out`` (in place, x is copied first: the peers read it while out fills)."""
+    n, r = ep.size, ep.rank
+    m = out.size // n
+    x = _prepare(ep, x, out)
+    if n == 1:
+        return
+    b = m * x.itemsize
+    rem = ep.expose(x)
+    read_all(rem, ep, lambda p: (r * b, out[p * m:(p + 1) * m]))
+    rem.done(sent=(n - 1) * b)
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy}
+
+
+# one_copy from N * S of this many bytes (docs/performance.md)
+ONE_COPY_BYTES = 32 << 20
+
+
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
+    if one_copy and size * nbytes >= ONE_COPY_BYTES:
+        return "one_copy"
     if shared:  # measured: docs/performance.md
         return "direct"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"

@@ -30,5 +30,5 @@ def direct(ep: Endpoint) -> None:
 ALGORITHMS = {"dissemination": dissemination, "direct": direct}
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     return "direct" if size <= 16 else "dissemination"

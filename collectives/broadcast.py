@@ -7,6 +7,8 @@ Bytes on the wire, S = buf.nbytes (docs/algorithms.md):
   chain              every rank but the last sends S, every non-root receives S
   direct             root sends (N-1)*S, every non-root receives S, one round
                      per exchange buffer
+  one_copy           the same bytes: every non-root reads root's buf where it
+                     lies (one copy; one_copy.py)
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from .one_copy import one_copy_only
 from .ranks import absolute, block_bounds, chunks, rel
 
 CHAIN_CHUNK_BYTES = 256 * 1024
@@ -84,11 +87,29 @@ def direct(ep: Endpoint, buf: np.ndarray, root: int) -> None:
             np.copyto(piece, v[root])
 
 
+@one_copy_only
+def one_copy(ep: Endpoint, buf: np.ndarray, root: int) -> None:
+    """Every other rank reads root's ``buf`` straight into its own."""
+    n, me = ep.size, ep.rank
+    if n == 1:
+        return
+    rem = ep.expose(buf if me == root else None)
+    if me != root:
+        rem.read(root, 0, buf)
+    rem.done(sent=(n - 1) * buf.nbytes if me == root else 0)
+
+
 ALGORITHMS = {"binomial": binomial, "scatter_allgather": scatter_allgather, "chain": chain,
-              "direct": direct}
+              "direct": direct, "one_copy": one_copy}
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+# one_copy from N * S of this many bytes (docs/performance.md)
+ONE_COPY_BYTES = 32 << 20
+
+
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
+    if one_copy and size * nbytes >= ONE_COPY_BYTES:
+        return "one_copy"
     if shared:
         return "direct"
     if nbytes <= 64 * 1024 or size <= 2:

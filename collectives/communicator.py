@@ -10,7 +10,7 @@ from transports import (CollectiveError, CollectiveTimeout, KINDS, PeerFailure, 
 from transports.base import UNCHECKED, broken_error
 
 from . import arguments as args
-from . import debug, runtime
+from . import debug, regions, runtime
 from . import validate as v
 from .debug import CollectiveMismatch
 from .families import FAMILIES, choose, offered
@@ -70,8 +70,10 @@ class Communicator(HostsInfo):
         self._shared = transport.coll.xchg_bytes > 0 and self._device is None
         # the hier transport's host layout (None elsewhere): its algorithms and choice
         self._hosts = getattr(transport.coll, "hosts", None)
+        # and peers read each other's arrays where they lie (one_copy.py)
+        self._one_copy = self._shared and transport.coll.one_copy
         # call -> the algorithms offered here, by name (families.offered)
-        self._tables = offered(self._shared, self._hosts)
+        self._tables = offered(self._shared, self._one_copy, self._hosts)
         # all_reduce of up to this many bytes skips the scheduling (see there)
         self._small = SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
             else 0
@@ -107,7 +109,8 @@ class Communicator(HostsInfo):
         ``nbytes`` (the input's nbytes: x for most calls, buf for broadcast,
         one block for gather and scatter) on this communicator."""
         self.algorithms(name)
-        return choose(name, int(nbytes), self.size, self._shared, self._hosts)
+        return choose(name, int(nbytes), self.size, self._shared, self._one_copy,
+                      self._hosts)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self._t.name
@@ -123,7 +126,7 @@ class Communicator(HostsInfo):
         the function to run."""
         table, everything = self._tables[call], FAMILIES[call][0]
         name = v.algorithm(call, algorithm, table, everything) or \
-            choose(call, nbytes, self.size, self._shared, self._hosts)
+            choose(call, nbytes, self.size, self._shared, self._one_copy, self._hosts)
         if nbytes == 0 and call != "barrier":
             return name, _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
         return name, table[name]
@@ -353,6 +356,9 @@ class Communicator(HostsInfo):
         self._open(c)
         name, alg = self._pick(c, algorithm, 0)
         return self._move(c, alg, (), None, async_op, (0, None, None, None, name))
+
+    # -- communicator-allocated arrays (collectives/regions.py) --------------
+    empty, zeros = regions.empty, regions.zeros
 
     # -- point to point (collectives/p2p.py) ---------------------------------
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Work:

@@ -10,9 +10,10 @@ from typing import Callable
 from . import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather, hier, reduce,
                reduce_scatter)
 
-# choose(nbytes, size, shared) -> name; shared: the transport's exchange() goes
-# through shared memory (shm, host arrays)
-Chooser = Callable[[int, int, bool], str]
+# choose(nbytes, size, shared, one_copy) -> name; shared: the transport's
+# exchange() goes through shared memory (shm, host arrays); one_copy: and the
+# one-copy algorithms are offered (one_copy.py)
+Chooser = Callable[[int, int, bool, bool], str]
 
 
 def _with_hier(call: str, table: dict[str, Callable]) -> dict[str, Callable]:
@@ -29,23 +30,28 @@ FAMILIES: dict[str, tuple[dict[str, Callable], Chooser]] = {
                        reduce_scatter.choose),
     "all_to_all": (_with_hier("all_to_all", all_to_all.ALGORITHMS), all_to_all.choose),
     "gather": (gather.GATHER, gather.choose),
-    "scatter": (gather.SCATTER, gather.choose),
+    "scatter": (gather.SCATTER, gather.choose_scatter),
     "barrier": (_with_hier("barrier", barrier.ALGORITHMS), barrier.choose),
 }
 
 CALLS: tuple[str, ...] = tuple(FAMILIES)
 
 
-def offered(shared: bool, hosts=None) -> dict[str, dict[str, Callable]]:
+def offered(shared: bool, one_copy: bool = False,
+            hosts=None) -> dict[str, dict[str, Callable]]:
     """Each call's algorithms that a communicator offers, in table order: all
     of them where exchange() goes through shared memory (``shared``), else
     those not marked ``shared_only`` (built for exchange buffers that a peer
     reads only part of, they would ship whole buffers as messages); those
+    marked ``one_copy_only`` only where the peers read each other's memory
+    (``one_copy``: shared memory with process_vm_readv working); those
     marked ``hier_only`` only on the "hier" transport (``hosts``: its
     layout), and of those the ones marked ``equal_hosts`` only where every
     host holds as many ranks."""
     def ok(fn) -> bool:
         if getattr(fn, "shared_only", False) and not shared:
+            return False
+        if getattr(fn, "one_copy_only", False) and not one_copy:
             return False
         if getattr(fn, "hier_only", False):
             return hosts is not None and (hosts.equal or not getattr(fn, "equal_hosts", False))
@@ -54,7 +60,8 @@ def offered(shared: bool, hosts=None) -> dict[str, dict[str, Callable]]:
             for call, (table, _) in FAMILIES.items()}
 
 
-def choose(call: str, nbytes: int, size: int, shared: bool, hosts=None) -> str:
+def choose(call: str, nbytes: int, size: int, shared: bool, one_copy: bool = False,
+           hosts=None) -> str:
     """The algorithm ``algorithm=None`` picks: the hierarchical one on the
     "hier" transport (``hosts``: its layout) where the call has one, else the
     flat chooser's."""
@@ -62,4 +69,4 @@ def choose(call: str, nbytes: int, size: int, shared: bool, hosts=None) -> str:
         name = hier.choose(call, nbytes, hosts)
         if name is not None:
             return name
-    return FAMILIES[call][1](nbytes, size, shared)
+    return FAMILIES[call][1](nbytes, size, shared, one_copy)

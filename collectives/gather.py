@@ -4,6 +4,8 @@ Bytes on the wire, S = one block (docs/algorithms.md):
   linear    root receives (scatter: sends) (N-1) * S, one message per rank
   binomial  the same total at root in ceil(log2 N) messages; an inner
             rank forwards its subtree's blocks
+  one_copy  the linear bytes: root reads every block where it lies
+            (scatter: every rank reads its block of root's x; one_copy.py)
 
 In place at the root (gather: ``x`` is root's block of ``out``; scatter:
 ``out`` is root's block of ``x``), root's own block is not copied.
@@ -15,6 +17,7 @@ import numpy as np
 from transports import Endpoint
 
 from .arrays import address, empty
+from .one_copy import one_copy_only, read_all
 from .ranks import absolute, rel
 
 
@@ -114,10 +117,62 @@ def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
         np.copyto(out, tmp[:m])
 
 
-GATHER = {"binomial": gather_binomial, "linear": gather_linear}
-SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear}
+@one_copy_only
+def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
+    """Root reads every peer's ``x`` straight into its block of ``out``."""
+    n, m, me = ep.size, x.size, ep.rank
+    rem = ep.expose(None if me == root else x) if n > 1 else None
+    if me == root and not _is_block(out, root, x):
+        np.copyto(out[root * m:(root + 1) * m], x)
+    if rem is None:
+        return
+    if me == root:
+        read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]))
+    rem.done(sent=0 if me == root else x.nbytes)
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
-    """By the block size: small blocks gain from fewer messages at root."""
+@one_copy_only
+def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
+    """Every other rank reads its block of root's ``x`` straight into ``out``
+    (root copies its own while they read)."""
+    n, me = ep.size, ep.rank
+    rem = ep.expose(x if me == root else None) if n > 1 else None
+    if me == root and not _is_block(x, root, out):
+        np.copyto(out, x[root * out.size:(root + 1) * out.size])
+    if rem is None:
+        return
+    if me != root:
+        rem.read(root, me * out.nbytes, out)
+    rem.done(sent=(n - 1) * out.nbytes if me == root else 0)
+
+
+GATHER = {"binomial": gather_binomial, "linear": gather_linear, "one_copy": gather_one_copy}
+SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear, "one_copy": scatter_one_copy}
+
+
+# one_copy where root's N blocks add up to this many bytes; gather at N = 2
+# from blocks of GATHER_TWO_BYTES (docs/performance.md)
+GATHER_ONE_COPY_BYTES = 16 << 20
+GATHER_TWO_BYTES = 32 << 20
+SCATTER_ONE_COPY_BYTES = 8 << 20
+
+
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
+    """Gather, by the block size: small blocks gain from fewer messages at
+    root; large ones, where the peers read each other's memory, from one copy."""
+    if one_copy and (nbytes >= GATHER_TWO_BYTES if size == 2
+                     else size * nbytes >= GATHER_ONE_COPY_BYTES):
+        return "one_copy"
+    return _by_block(nbytes)
+
+
+def choose_scatter(nbytes: int, size: int, shared: bool = False,
+                   one_copy: bool = False) -> str:
+    """Scatter: as gather, but one copy wins from smaller sizes."""
+    if one_copy and size * nbytes >= SCATTER_ONE_COPY_BYTES:
+        return "one_copy"
+    return _by_block(nbytes)
+
+
+def _by_block(nbytes: int) -> str:
     return "binomial" if nbytes <= 16 * 1024 else "linear"

@@ -6,6 +6,9 @@ Bytes on the wire, S = x.nbytes (docs/algorithms.md):
                          non-root sends its block (about S/N) to root
   direct                 every rank sends S (root: (N-1)*S received), one round
                          per exchange buffer
+  one_copy               the bytes of reduce_scatter_gather: each rank reads its
+                         piece of every peer's x where it lies and reduces it,
+                         then root reads the reduced pieces (one_copy.py)
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from .one_copy import one_copy_only, read_all, reduce_piece
 from .ops import in_rank_order
 from .ranks import absolute, block_bounds, chunks, rel
 
@@ -79,11 +83,29 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -
             in_rank_order(v, op, out[lo:hi])
 
 
+@one_copy_only
+def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
+    """Each rank reduces its piece of every rank's ``x`` (read where it lies,
+    in rank order), then root reads the reduced pieces into ``out``."""
+    n, r = ep.size, ep.rank
+    if n == 1:
+        if out is not x:
+            np.copyto(out, x)
+        return
+    b = block_bounds(x.size, n)
+    mine = out[b[r]:b[r + 1]] if r == root else np.empty(b[r + 1] - b[r], x.dtype)
+    reduce_piece(ep, x, b, mine, op)
+    rem = ep.expose(None if r == root else mine)
+    if r == root:
+        read_all(rem, ep, lambda p: (0, out[b[p]:b[p + 1]]))
+    rem.done(sent=0 if r == root else mine.nbytes)
+
+
 ALGORITHMS = {"binomial": binomial, "reduce_scatter_gather": reduce_scatter_gather,
-              "direct": direct}
+              "direct": direct, "one_copy": one_copy}
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if shared:
         return "direct"
     return "binomial" if nbytes <= 64 * 1024 or size <= 2 else "reduce_scatter_gather"

@@ -5,6 +5,10 @@ Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
   recursive_halving  (p2-1)/p2 * S in log2(p2) steps, plus S for the ranks
                      of the fold (and their block back)
   direct             (N-1)/N * S sent and received, one round per exchange buffer
+  one_copy           the same bytes: each rank reads block ``rank`` of every
+                     peer's x where it lies and reduces it (one_copy.py)
+  in_place           one_copy's where every rank's x is communicator-allocated
+                     (read from the peers' mappings), else direct's
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from .one_copy import IN_PLACE_BYTES, one_copy_only, reduce_pieces, regions_or_staged
 from .ops import in_rank_order
 from .ranks import Fold, chunks, peer_index
 
@@ -79,10 +84,43 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
                       out[lo:hi])
 
 
-ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct}
+@one_copy_only
+def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
+    """Each rank reads its block of every peer's ``x`` and reduces the N
+    blocks in rank order into ``out``, a chunk at a time."""
+    if ep.size == 1:
+        np.copyto(out, x)
+        return
+    _one_copy(ep, ep.expose(x), x, out, op)
 
 
-def choose(nbytes: int, size: int, shared: bool = False) -> str:
+def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray, op) -> None:
+    """``one_copy`` once every rank has exposed its ``x`` (``rem``)."""
+    n, m, r = ep.size, out.size, ep.rank
+    reduce_pieces(rem, ep, x[r * m:(r + 1) * m], r * m, out, op)
+    rem.done(sent=(n - 1) * out.nbytes)
+
+
+@one_copy_only
+def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
+    """``one_copy`` where every rank's ``x`` is a communicator-allocated array
+    (the peers reduce their blocks straight from their mappings of it), else
+    the staged default (``all_reduce.in_place``, one_copy.py)."""
+    if ep.size == 1:
+        np.copyto(out, x)
+        return
+    staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
+    regions_or_staged(ep, x, lambda rem: _one_copy(ep, rem, x, out, op),
+                      lambda: staged(ep, x, out, op))
+
+
+ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct,
+              "one_copy": one_copy, "in_place": in_place}
+
+
+def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if shared:
+        if one_copy and nbytes >= IN_PLACE_BYTES:  # measured as all_reduce's
+            return "in_place"
         return "direct"
     return "recursive_halving" if nbytes <= 64 * 1024 else "ring"

@@ -111,10 +111,10 @@ def unchanged(x, x0, what="x"):
 # The algorithms that reduce in rank order, ((x_0 op x_1) op x_2) op ..., so
 # that their results are bit for bit ``reduced`` (docs/algorithms.md).  Checked
 # on numpy arrays (a GPU need not round float16 as numpy's float32 route does).
-RANK_ORDER = {"all_reduce": ("direct", "two_shot"), "reduce": ("direct",),
-              "reduce_scatter": ("direct",)}
+RANK_ORDER = {"all_reduce": ("direct", "two_shot", "one_copy"), "reduce": ("direct", "one_copy"),
+              "reduce_scatter": ("direct", "one_copy")}
 # all_reduce algorithms in which each element is reduced on one rank and copied
-COPIED = ("ring", "halving_doubling", "two_shot")
+COPIED = ("ring", "halving_doubling", "two_shot", "one_copy")
 
 
 def complex_prod(dtype, op) -> bool:

@@ -20,7 +20,12 @@ CMA_ENV = {"COLLECTIVES_SHM_CMA_BYTES": "4096", "COLLECTIVES_SHM_XCHG_BYTES": "4
 STANDIN = "cuda+standin"
 # shm with the compiled reduction kernels off: every reduction through numpy
 NUMPY = "shm+numpy"
-VARIANT_ENV = {NUMPY: {"COLLECTIVES_KERNELS": "0"}}
+# shm with the one-copy collectives off (COLLECTIVES_SHM_CMA=0): the staged
+# algorithms alone, as where process_vm_readv is refused
+NO_ONE_COPY = "shm+staged"
+VARIANT_ENV = {NUMPY: {"COLLECTIVES_KERNELS": "0"}, NO_ONE_COPY: {"COLLECTIVES_SHM_CMA": "0"}}
+# the families a variant's jobs run (unless CONFORMANCE_FAMILIES says); all if absent
+VARIANT_FAMILIES = {NO_ONE_COPY: ["default", "all_gather"]}
 
 
 # comma-separated families: each job runs only these (make mutants uses it to
@@ -45,7 +50,8 @@ def conformance_results(n: int, transport: str, layout: str | None = None,
         with tempfile.TemporaryDirectory() as d:
             env = CMA_ENV if transport == CMA else standin_env() if transport == STANDIN \
                 else VARIANT_ENV.get(transport, {})
-            only = [f for f in os.environ.get(FAMILIES_ENV, "").split(",") if f]
+            only = [f for f in os.environ.get(FAMILIES_ENV, "").split(",") if f] or \
+                VARIANT_FAMILIES.get(transport, [])
             argv = ["tests/conformance.py", transport.split("+")[0], d, *only]
             env = {**env, **extra}
             if layout:

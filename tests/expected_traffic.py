@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from fractions import Fraction as F
 
+from collectives.families import FAMILIES
+
 
 def _p2(n: int) -> int:
     return 1 << (n.bit_length() - 1)
@@ -48,6 +50,11 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0,
     v = (r - root) % n
     if n == 1:
         return 0, 0
+    if alg == "in_place":  # on arrays not communicator-allocated: the staged choice
+        alg = FAMILIES[call][1](S, n, True)
+    if alg == "one_copy":  # a reader counts what it reads, an owner what is read of it
+        alg, shared = {"all_reduce": "ring", "reduce": "reduce_scatter_gather",
+                       "gather": "linear", "scatter": "linear"}.get(call, "direct"), True
     p2, role = _p2(n), _fold_role(r, n)
     fold = {"extra": (S, S), "helper": (S, S), "plain": (0, 0)}[role]
     if call == "barrier":

@@ -53,27 +53,33 @@ def write(outdir: str, rank: int, **info) -> None:
 
 
 def stream(comm, calls: list[str]) -> None:
+    """``calls``: collectives, each maybe with its algorithm (``all_gather:one_copy``;
+    the one-copy ones on arrays of 8 MB, so that a kill lands inside a read)."""
     n, r = comm.size, comm.rank
-    x = np.ones(200_000, np.float32)
-    blocks = np.ones((n, 50_000), np.float32)
+    small = np.ones(200_000, np.float32), np.ones((n, 50_000), np.float32)
+    large = (np.ones(2_000_000, np.float32), np.ones((n, 500_000), np.float32)) \
+        if any(c.endswith(":one_copy") for c in calls) else small
     for i in range(100000):
-        call = calls[i % len(calls)]
+        call, _, alg = calls[i % len(calls)].partition(":")
+        x, blocks = large if alg == "one_copy" else small
+        kw = {"algorithm": alg} if alg else {}
         if call == "all_reduce":
-            comm.all_reduce(x)
+            comm.all_reduce(x, **kw)
         elif call == "broadcast":
-            comm.broadcast(x, root=i % n)
+            comm.broadcast(x, root=i % n, **kw)
         elif call == "all_gather":
-            comm.all_gather(x[:50_000])
+            comm.all_gather(x[:x.size // 4], **kw)
         elif call == "reduce_scatter":
-            comm.reduce_scatter(blocks)
+            comm.reduce_scatter(blocks, **kw)
         elif call == "all_to_all":
-            comm.all_to_all(blocks)
+            comm.all_to_all(blocks, **kw)
         elif call == "reduce":
-            comm.reduce(x, root=i % n)
+            comm.reduce(x, root=i % n, **kw)
         elif call == "gather":
-            comm.gather(x[:50_000], root=i % n)
+            comm.gather(x[:x.size // 4], root=i % n, **kw)
         elif call == "scatter":
-            comm.scatter(blocks if r == i % n else None, np.empty(50_000, np.float32), root=i % n)
+            comm.scatter(blocks if r == i % n else None, np.empty(blocks.shape[1], np.float32),
+                         root=i % n, **kw)
         elif call == "p2p":
             h = comm.isend(x, (r + 1) % n)
             comm.recv(np.empty_like(x), (r - 1) % n)

@@ -12,7 +12,7 @@ import pytest
 
 from bench.data import DTYPES, ops_for
 from conformance import FAMILIES, FULL_N, SALT, SPECS, Recorder, plan
-from conftest import CMA, NUMPY, TRANSPORTS, WORLD_SIZES, check_family
+from conftest import CMA, NO_ONE_COPY, NUMPY, TRANSPORTS, WORLD_SIZES, check_family
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -35,6 +35,16 @@ def test_family_numpy_reductions(conformance, n, family):
     """The reducing calls with the compiled kernels off (COLLECTIVES_KERNELS=0):
     the numpy fallback gives the same results, half precision included."""
     check_family(conformance(n, NUMPY), family)
+
+
+@pytest.mark.parametrize("family", ["default", "all_gather"])
+@pytest.mark.parametrize("n", [2, 5])
+def test_family_one_copy_off(conformance, n, family):
+    """With the one-copy path off (COLLECTIVES_SHM_CMA=0, the fallback where
+    process_vm_readv is refused) the library's choices and the staged
+    algorithms give the same results (tests/one_copy_check.py checks that
+    no one_copy is offered or chosen then, at every size)."""
+    check_family(conformance(n, NO_ONE_COPY), family)
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)

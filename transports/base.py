@@ -96,6 +96,8 @@ class Endpoint:
     # the largest contribution exchange() moves through shared memory in one
     # copy (0: exchange() is point-to-point messages)
     xchg_bytes: int = 0
+    # peers can read a source where it lies (``expose``): the one-copy algorithms
+    one_copy: bool = False
     sent_bytes: int = 0
     recv_bytes: int = 0
     inter_sent_bytes: int = 0  # of sent_bytes, those to ranks of other hosts
@@ -165,6 +167,14 @@ class Endpoint:
         reqs += [self.isend(flat, p) for p in range(n) if p != r]
         self.waitall(reqs)
         return rows
+
+    def expose(self, buf):
+        """Publish where ``buf`` (a contiguous array, or None) lies so that the
+        peers read it in place; returns, once every peer has published its
+        own, an object with ``read(peer, offset, dest)``, ``piece(peer,
+        offset, nbytes, scratch)`` and ``done(sent)`` (transports/shm_direct.py).
+        Only where ``one_copy`` is true."""
+        raise NotImplementedError(f"{type(self).__name__} has no one-copy path")
 
     def chunk_bytes(self, a) -> int:
         """The most bytes of arrays like ``a`` that one exchange() moves through

@@ -1,12 +1,14 @@
 """POSIX shared-memory transport for the ranks of one host.
 
-Three modules, one job each:
+Its modules, one job each:
 
 * ``shm_segment``: the segment (created, mapped by every rank, unlinked at
   once) and its layout, every offset by name;
 * ``shm_slots``: the slot protocol of an endpoint (channels of slots,
   sends, receives, matching, unexpected messages, progress and waiting);
-* ``shm_exchange``: the staged ``exchange()`` through the exchange buffers.
+* ``shm_exchange``: the staged ``exchange()`` through the exchange buffers;
+* ``shm_direct``: the one-copy path, peers reading a rank's array where it lies;
+* ``shm_regions``: communicator-allocated arrays, which every rank maps.
 
 This module assembles them: settings, the transport (its rank-block words:
 doorbells, sleeping flags, arrival, the note of a failed call) and its two
@@ -35,6 +37,7 @@ from . import _cma, _futex
 from ._wire import rank0_settings
 from .base import Transport, env_int
 from .errors import mismatched, peer_notice
+from .shm_regions import Regions
 from .shm_segment import (ARRIVED, ARRIVED_KEY, DOORBELL, FAILED, MASK, NOTE_BYTES, NOTE_LEN,
                           SHM_DIR, SHM_PREFIX, SLEEPING, Channel, Layout, open_segment)
 from .shm_slots import EAGER, EXTERNAL, MAX_MESSAGE_BYTES, RENDEZVOUS, ShmEndpoint
@@ -49,7 +52,7 @@ def supported() -> bool:
             and _futex.available)
 
 
-def _settings() -> tuple[int, int, int, int]:
+def _settings() -> tuple[int, int, int, int, bool]:
     slot_bytes = env_int("COLLECTIVES_SHM_SLOT_BYTES", 256 * 1024)
     nslots = env_int("COLLECTIVES_SHM_SLOTS", 4)
     # the largest contribution that exchange() moves in one copy
@@ -57,13 +60,18 @@ def _settings() -> tuple[int, int, int, int]:
     # off by default: on the 2-core VM this was measured on, process_vm_readv
     # was no faster than two slot copies (docs/performance.md)
     cma_bytes = env_int("COLLECTIVES_SHM_CMA_BYTES", 0)
+    # the one-copy collectives (shm_direct), where the ranks may read each
+    # other's memory; 0 turns them off (the staged algorithms, as without CMA)
+    one_copy = env_int("COLLECTIVES_SHM_CMA", 1)
     if slot_bytes % 64 or slot_bytes <= 0:
         raise ValueError("COLLECTIVES_SHM_SLOT_BYTES must be a positive multiple of 64")
     if nslots < 1 or nslots & (nslots - 1):
         raise ValueError("COLLECTIVES_SHM_SLOTS must be a power of two")
     if xchg_bytes % 64 or xchg_bytes < 4096:
         raise ValueError("COLLECTIVES_SHM_XCHG_BYTES must be a multiple of 64, at least 4096")
-    return slot_bytes, nslots, xchg_bytes, max(0, cma_bytes)
+    if one_copy not in (0, 1):
+        raise ValueError("COLLECTIVES_SHM_CMA must be 0 or 1")
+    return slot_bytes, nslots, xchg_bytes, max(0, cma_bytes), bool(one_copy)
 
 
 class ShmTransport(Transport):
@@ -76,11 +84,16 @@ class ShmTransport(Transport):
             raise ValueError(f"transport='shm' needs an x86-64 Linux host (this is "
                              f"{platform.machine()}); use transport='mpi'")
         # rank 0's settings hold for all: the layout must be the same everywhere
-        self.slot_bytes, self.nslots, self.xchg_bytes, cma_bytes = \
+        self.slot_bytes, self.nslots, self.xchg_bytes, cma_bytes, one_copy = \
             rank0_settings(mpicomm, _settings)
+        # process_vm_readv between every pair, probed once (same user, no
+        # ptrace restriction in the way), where anything would use it
+        cma = bool(cma_bytes or one_copy) and _cma.works_between(mpicomm)
         # messages of cma_bytes and more go by rendezvous: the receiver copies
         # them straight out of the sender's buffer (one copy instead of two)
-        self.cma_bytes = cma_bytes if cma_bytes and _cma.works_between(mpicomm) else 0
+        self.cma_bytes = cma_bytes if cma else 0
+        # the one-copy collectives (shm_direct) are offered; else the staged ones
+        self.one_copy = one_copy and cma
         self.spin = env_int("COLLECTIVES_SPIN", 20)
         self.layout = Layout(self.size, self.nslots, self.slot_bytes, self.xchg_bytes)
         self.xchg_seq = 0
@@ -101,6 +114,20 @@ class ShmTransport(Transport):
         self.failed = [lay.i64(r, FAILED) for r in range(self.size)]
         self.coll = self.endpoint_class(self, 0, strict=True)
         self.p2p = self.endpoint_class(self, 1, strict=False)
+        # communicator-allocated arrays that every rank maps (shm_regions)
+        self.regions = Regions(mpicomm, self.rank, self.size)
+
+    # -- regions ----------------------------------------------------------
+    def mapped(self, peer: int, addr: int, nbytes: int) -> np.ndarray | None:
+        """``nbytes`` at ``addr`` in rank ``peer``'s memory as a uint8 view in
+        this process, where they lie in a live region of ``peer`` (which every
+        rank maps); None: read them with process_vm_readv (shm_direct)."""
+        return self.regions.mapped(peer, addr, nbytes)
+
+    def locate(self, a) -> tuple[int, int] | None:
+        """(region address, offset) where ``a`` lies in one of this rank's live
+        regions; else None."""
+        return self.regions.locate(a)
 
     # -- rank block -------------------------------------------------------
     def ring(self, peer: int) -> None:
@@ -184,6 +211,7 @@ class ShmTransport(Transport):
     def close(self) -> None:
         for ep in (self.coll, self.p2p):
             ep.release()
+        self.regions.close()
         self._xchg_cache.clear()
         for mv in (self.u32, self.q64):
             mv.release()

@@ -17,6 +17,9 @@ Layout (every offset named below; all 64-byte aligned)::
                               | acked u32 (receiver: rendezvous messages read)
                  nslots x [header: tag, total, offset, nbytes, kind, key (i64)
                            | data]
+    one-copy     per rank, a line: posted, address, bytes, call, call size,
+                 done (i64; shm_direct), after everything above so that no
+                 offset before it moves
 """
 from __future__ import annotations
 
@@ -61,6 +64,14 @@ SLOT_HEADER = 64
 TAG, TOTAL, OFFSET, NBYTES, KIND, KEY = range(6)
 HEADER_FIELDS = 6
 
+# The one-copy block of rank r (shm_direct): one line at Layout.direct(r),
+# written by r only.  The fields, i64 each, in this order: the number of r's
+# last published source, where it lies (address in r's memory, bytes), the
+# collective and call size it belongs to, and the number of the last
+# publication whose reads r has finished.
+DIRECT_BLOCK = 64
+D_POSTED, D_ADDR, D_BYTES, D_CALL, D_KEY, D_DONE = range(6)
+
 
 def align(n: int, a: int) -> int:
     """``n`` rounded up to a multiple of ``a``."""
@@ -76,7 +87,8 @@ class Layout:
         self.chan_bytes = SLOTS + nslots * self.slot_step
         self.xchg_base = align(RANK_BLOCK * n, PAGE)
         self.chan_base = self.xchg_base + 2 * n * xchg_bytes
-        self.total = align(self.chan_base + 2 * n * n * self.chan_bytes, PAGE)
+        self.direct_base = self.chan_base + 2 * n * n * self.chan_bytes
+        self.total = align(self.direct_base + n * DIRECT_BLOCK, PAGE)
 
     def u32(self, r: int, field: int) -> int:
         """Index, in u32 words, of ``field`` of rank r's block."""
@@ -102,6 +114,10 @@ class Layout:
     def channel(self, ctx: int, src: int, dst: int) -> int:
         """Channel src -> dst of endpoint ``ctx`` (coll 0, p2p 1)."""
         return self.chan_base + ((ctx * self.n + src) * self.n + dst) * self.chan_bytes
+
+    def direct(self, r: int) -> int:
+        """Index, in i64 words, of rank r's one-copy block (its D_POSTED)."""
+        return (self.direct_base + r * DIRECT_BLOCK) // 8
 
     def slot(self, chan: int, k: int) -> int:
         """Slot k of the channel at ``chan``: its header, then its data."""
@@ -129,7 +145,7 @@ def open_segment(mpicomm, nbytes: int) -> mmap.mmap:
     name, err = None, None
     if rank == 0:
         try:
-            name = _create(nbytes)
+            name = create(nbytes)
         except OSError as e:
             name, err = None, e
     name = _wire.bcast(mpicomm, name, root=0)
@@ -163,12 +179,14 @@ def open_segment(mpicomm, nbytes: int) -> mmap.mmap:
     return mm
 
 
-def _create(nbytes: int) -> str:
-    """A new segment of ``nbytes`` under a fresh unguessable name, or OSError."""
+def create(nbytes: int, hint: str = "; set COLLECTIVES_SHM_SLOT_BYTES or "
+           "COLLECTIVES_SHM_SLOTS lower") -> str:
+    """A new file of ``nbytes`` in /dev/shm under a fresh unguessable name
+    (the segment's, or a region's: shm_regions), or OSError (``hint``: what
+    to do where /dev/shm lacks the room)."""
     st = os.statvfs(SHM_DIR)
     if st.f_bavail * st.f_frsize < nbytes:
-        raise OSError(f"{SHM_DIR} has {st.f_bavail * st.f_frsize} bytes free; "
-                      f"set COLLECTIVES_SHM_SLOT_BYTES or COLLECTIVES_SHM_SLOTS lower")
+        raise OSError(f"{SHM_DIR} has {st.f_bavail * st.f_frsize} bytes free{hint}")
     name = SHM_PREFIX + secrets.token_hex(16)
     fd = os.open(os.path.join(SHM_DIR, name),
                  os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

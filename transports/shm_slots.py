@@ -28,6 +28,7 @@ import numpy as np
 
 from .base import Deadline, Endpoint, Reducer, Request, as_bytes
 from .errors import CollectiveError, PeerFailure, mismatched
+from .shm_direct import Direct, Remote
 from .shm_exchange import Exchange
 from .shm_messages import Recv, Send, Unexpected
 from .shm_segment import MASK
@@ -75,6 +76,9 @@ class ShmEndpoint(Endpoint):
         self.xchg_bytes = t.xchg_bytes if strict else 0
         # the staged exchange, on the coll endpoint of more than one rank
         self.xchg = Exchange(t, self.peers) if strict and t.size > 1 else None
+        # the one-copy path (shm_direct), where the ranks may read each other's memory
+        self.one_copy = strict and t.one_copy
+        self.direct = Direct(t, self.peers) if self.one_copy and t.size > 1 else None
 
     def release(self) -> None:
         self.out_ch = self.in_ch = {}
@@ -371,6 +375,13 @@ class ShmEndpoint(Endpoint):
             if late:
                 return late
         return sorted({r.peer for r in pending if not r.finished})
+
+    # -- one copy: peers read a source where it lies ----------------------------
+    def expose(self, buf) -> Remote:
+        """Publish where ``buf`` lies, for the peers to read in place (``shm_direct``)."""
+        if self.direct is None:
+            return super().expose(buf)
+        return self.direct.expose(self, buf)
 
     # -- exchange through the exchange buffers -------------------------------
     def stage(self, count: int, like: np.ndarray) -> np.ndarray:

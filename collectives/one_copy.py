@@ -1,0 +1,91 @@
+"""What the one-copy algorithms share (``one_copy`` in each call's table).
+
+Each rank exposes its source where it lies (``Endpoint.expose``; on shm,
+transports/shm_direct.py) and every peer copies what it needs straight into
+its destination: one copy per byte where the staged algorithms make two.
+They are offered only where the peers can read each other's memory
+(``offered``); the choosers take them from the sizes docs/performance.md
+measured.  A reduction reads the peers' pieces a chunk at a time into a
+cache-sized scratch buffer (or from a mapping of the peer's memory, where
+the transport has one) and reduces them in rank order in one pass.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .ops import in_rank_order
+
+CHUNK_BYTES = 256 * 1024  # of each peer's piece per step of a reduction
+# the choosers take ``in_place`` (all_reduce, reduce_scatter) from here where
+# one-copy is offered: on communicator-allocated arrays it reduces from the
+# peers' mappings (measured faster at 16 and 64 MiB: performance.md), on
+# others it costs one publication more than the staged choice
+IN_PLACE_BYTES = 16 << 20
+
+
+def one_copy_only(fn: Callable) -> Callable:
+    """Mark ``fn`` as offered only where ``Endpoint.one_copy`` holds."""
+    fn.one_copy_only = True
+    return fn
+
+
+def regions_or_staged(ep, src: np.ndarray, in_regions: Callable, staged: Callable) -> None:
+    """The ``in_place`` algorithms: publish ``src``; where every rank's source
+    lies in a communicator-allocated array (``Remote.in_regions``: every rank
+    answers alike), ``in_regions(rem)`` reads the peers' straight from this
+    rank's mappings; else, once every peer has seen the answer too,
+    ``staged()`` (the staged default), after a publication that moved nothing."""
+    rem = ep.expose(src)
+    if rem.in_regions(src):
+        in_regions(rem)
+        return
+    rem.done()
+    staged()
+
+
+def read_all(rem, ep, blocks: Callable[[int], tuple[int, np.ndarray]]) -> None:
+    """Read from every peer, nearest ranks to the right first (so that not
+    every rank starts at rank 0): ``blocks(p) -> (byte offset in p's source,
+    destination)``."""
+    n, r = ep.size, ep.rank
+    for i in range(1, n):
+        p = (r + i) % n
+        off, dest = blocks(p)
+        rem.read(p, off, dest)
+
+
+def reduce_piece(ep, src: np.ndarray, bounds, out: np.ndarray, op, rem=None) -> None:
+    """The first phase of all_reduce and reduce: ``out`` = piece ``rank``
+    (``bounds``: ``block_bounds``) of every rank's ``src``, reduced in rank
+    order, the peers' read where they lie; returns once every peer has read
+    its piece of this rank's ``src``.  ``rem``: ``src``'s publication, where
+    it is made already (``regions_or_staged``)."""
+    r = ep.rank
+    rem = ep.expose(src) if rem is None else rem
+    reduce_pieces(rem, ep, src[bounds[r]:bounds[r + 1]], bounds[r], out, op)
+    rem.done(sent=src.nbytes - out.nbytes)
+
+
+def reduce_pieces(rem, ep, own: np.ndarray, start: int, out: np.ndarray, op) -> None:
+    """``out`` = the rank-order reduction of elements ``[start, start +
+    out.size)`` of every rank's exposed source (this rank's: ``own``, the
+    same elements here), a CHUNK_BYTES piece of each peer at a time."""
+    n, r, isz = ep.size, ep.rank, out.itemsize
+    step = max(1, CHUNK_BYTES // isz)
+    span = min(out.nbytes, step * isz)  # one peer's piece of a step
+    scratch = np.empty(span * (n - 1), np.uint8)
+    overlap = r >= 2 and np.may_share_memory(own, out)  # in place: keep own until added
+    for lo in range(0, out.size, step):
+        hi = min(out.size, lo + step)
+        nb = (hi - lo) * isz
+        parts, j = [], 0
+        for p in range(n):
+            if p == r:
+                parts.append(own[lo:hi].copy() if overlap else own[lo:hi])
+                continue
+            s = scratch[j * span:j * span + nb]
+            parts.append(rem.piece(p, (start + lo) * isz, nb, s).view(out.dtype))
+            j += 1
+        in_rank_order(parts, op, out[lo:hi])

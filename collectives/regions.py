@@ -1,0 +1,89 @@
+"""Communicator-allocated arrays: ``comm.empty`` and ``comm.zeros``.
+
+A collective allocation: every rank calls it with the same shape and dtype.
+The ranks first compare what each passed (through MPI, like ``split``), so
+that a rank's bad argument or a mismatch raises the same error on every
+rank before anything is allocated, and the communicator stays usable.
+
+On the shared-memory transport the array lives in a region that every peer
+maps (transports/shm_regions.py), so that a collective can let the peers
+read it in place; elsewhere (MPI, one rank, zero bytes) it is a plain numpy
+array, and every call takes it all the same.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from transports._wire import allgather
+from transports.base import broken_error
+
+from .dtypes import DTYPES
+
+
+def empty(comm, shape, dtype=np.float64) -> np.ndarray:
+    """A new C-contiguous array of ``shape`` and ``dtype`` that this host's
+    peers read in place; collective: every rank calls it with the same shape
+    and dtype.  Its contents are undefined."""
+    return allocate(comm, "empty", shape, dtype, zero=False)
+
+
+def zeros(comm, shape, dtype=np.float64) -> np.ndarray:
+    """``empty``, filled with zeros."""
+    return allocate(comm, "zeros", shape, dtype, zero=True)
+
+
+def allocate(comm, call: str, shape, dtype, zero: bool) -> np.ndarray:
+    """Every rank's array of one collective allocation (see the module)."""
+    comm._open(call)
+    mine = request(shape, dtype)
+    comm._exec.drain()  # no call in flight while the ranks allocate
+    if comm._broken is not None:
+        raise broken_error(comm._broken)
+    everyone = allgather(comm._mpi, mine) if comm.size > 1 else [mine]
+    agreed(call, everyone)
+    shape, dt = tuple(mine[1]), DTYPES[mine[2]]
+    regions = getattr(comm._t, "regions", None)
+    if regions is not None and comm.size > 1 and np.prod(shape, dtype=np.int64) > 0:
+        return regions.allocate(shape, dt)  # a new region reads as zeros
+    return (np.zeros if zero else np.empty)(shape, dt)
+
+
+def request(shape, dtype) -> list:
+    """This rank's [error kind, shape or message, dtype index], as JSON carries
+    it: kind "" where the arguments are good."""
+    dims = [shape] if isinstance(shape, numbers.Integral) else shape
+    try:
+        if not all(isinstance(d, numbers.Integral) for d in dims):
+            raise TypeError
+        dims = [int(d) for d in dims]
+    except TypeError:
+        return ["TypeError", f"shape must be an int or a sequence of ints, got {shape!r}", -1]
+    if any(d < 0 for d in dims):
+        return ["ValueError", f"shape must not have negative sizes, got {shape!r}", -1]
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        dt = None
+    if dt is None or dt not in DTYPES:
+        return ["TypeError", f"dtype {dtype!r} is not supported; expected one of "
+                             f"{', '.join(str(d) for d in DTYPES)}", -1]
+    return ["", dims, DTYPES.index(dt)]
+
+
+def agreed(call: str, everyone: list) -> None:
+    """Raise, on every rank alike, the first rank's bad argument or a mismatch."""
+    for r, (kind, what, _) in enumerate(everyone):
+        if kind:
+            raise (TypeError if kind == "TypeError" else ValueError)(f"{call}: rank {r}: {what}")
+    first = everyone[0]
+    for r, other in enumerate(everyone):
+        if other[1:] != first[1:]:
+            raise ValueError(
+                f"{call}: every rank must pass the same shape and dtype; rank 0 passed "
+                f"{_show(first)} and rank {r} passed {_show(other)}")
+
+
+def _show(req: list) -> str:
+    return f"shape {tuple(req[1])} dtype {DTYPES[req[2]]}"

@@ -1,0 +1,186 @@
+"""One copy for large messages: peers read a rank's array where it lies.
+
+The staged ``exchange()`` copies every byte twice (into the owner's exchange
+buffer, out into the reader's destination).  Here a rank publishes where its
+source lies instead, and each peer copies what it needs straight from there
+into its destination: with ``process_vm_readv`` (``_cma``), or from a mapping
+of the peer's memory where the transport has one (``ShmTransport.mapped``).
+
+Publication k of the coll endpoint (every rank publishes each one, in the
+same order; a rank with nothing to offer publishes 0 bytes)::
+
+    owner   writes address, bytes, collective, call size in its one-copy
+            block, then k as its ``posted`` word; rings every peer
+    reader  waits until every peer has posted k, checks their collective and
+            call size against its own, reads (``Remote.read`` / ``piece``)
+    both    write k as their ``done`` word, ring every peer, and wait until
+            every peer's ``done`` is k: no rank returns, and lets its caller
+            overwrite its source, while a peer may still read it
+
+One block per rank is enough: a rank rewrites its block for k+1 only after
+every peer has finished k.  Waiting is the endpoint's (spin a little, then
+sleep on the doorbell); a dead peer is a PeerFailure, a silent one a
+CollectiveTimeout, a failed read names the rank.
+"""
+from __future__ import annotations
+
+import errno
+import time
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from . import _cma
+from .base import as_bytes
+from .errors import CollectiveError, PeerFailure, mismatched
+from .shm_segment import D_ADDR, D_BYTES, D_CALL, D_DONE, D_KEY, D_POSTED
+
+if TYPE_CHECKING:
+    from .shm import ShmTransport
+
+PRESPIN = 8  # looks at late peers before waiting like any call (as exchange does)
+# a read that fails while its owner is being killed: how long to wait for the
+# owner to be seen dead (its memory can go before its process does)
+DYING_S = 0.5
+
+
+class Direct:
+    """The one-copy publications of one endpoint (the coll endpoint of more than one rank)."""
+
+    def __init__(self, t: ShmTransport, peers: list[int]):
+        self.t, self.peers, self.rank = t, peers, t.rank
+        self.mine = t.layout.direct(t.rank)
+        self.theirs = [t.layout.direct(p) for p in peers]
+        self.block_of = dict(zip(peers, self.theirs))
+        self.seq = 0
+
+    def expose(self, ep, buf) -> Remote:
+        """Publish ``buf`` (a contiguous array, or None: nothing to read here)
+        for endpoint ``ep``'s collective (its tag and call size); returns
+        once every peer has published too, with what they published."""
+        t, q, tag, key = self.t, self.t.q64, ep.tag, ep.key
+        self.seq = k = self.seq + 1
+        w = self.mine
+        q[w + D_ADDR] = 0 if buf is None or not buf.nbytes else buf.ctypes.data
+        q[w + D_BYTES] = 0 if buf is None else buf.nbytes
+        q[w + D_CALL] = tag
+        q[w + D_KEY] = key
+        q[w + D_POSTED] = k
+        for p in self.peers:
+            t.ring(p)
+        self._wait(D_POSTED, k, ep.block)
+        me = self.rank
+        for p, i in zip(self.peers, self.theirs):
+            if q[i + D_CALL] != tag or q[i + D_KEY] != key:
+                if q[i + D_CALL] == tag:
+                    raise mismatched(p, tag, q[i + D_KEY], me, key)
+                raise CollectiveError(
+                    f"mismatched collectives: rank {p} is in call #{q[i + D_CALL]} where rank "
+                    f"{me} is in call #{tag}", ranks=[p])
+        return Remote(self, k, ep)
+
+    def _wait(self, field: int, k: int, block: Callable) -> None:
+        """Until every peer's ``field`` word is k."""
+        q = self.t.q64
+        late = [(p, i + field) for p, i in zip(self.peers, self.theirs)]
+        for _ in range(PRESPIN):
+            late = [(p, i) for p, i in late if q[i] != k]
+            if not late:
+                return
+
+        def step():  # a peer that gets there is progress (the deadline restarts)
+            nonlocal late
+            was, late = len(late), [(p, i) for p, i in late if q[i] != k]
+            return not late, len(late) < was
+        block(step, lambda: self.peers, lambda: [p for p, _ in late])
+
+
+class Remote:
+    """The peers' sources of one publication, to read until ``done()``."""
+
+    def __init__(self, d: Direct, k: int, ep):
+        self.d, self.k, self.ep = d, k, ep
+
+    def in_regions(self, own) -> bool:
+        """Whether every rank's source lies in a communicator-allocated array
+        (shm_regions): ``own``, this rank's, in one of its own, and each
+        peer's in one that this rank maps.  Every rank maps every live region
+        of the communicator, so every rank gets the same answer."""
+        t, q = self.d.t, self.d.t.q64
+        if own is None or not own.nbytes or t.locate(own) is None:
+            return False
+        for p, i in self.d.block_of.items():
+            n = q[i + D_BYTES]
+            if not n or t.mapped(p, q[i + D_ADDR], n) is None:
+                return False
+        return True
+
+    def _where(self, p: int, off: int, n: int) -> int:
+        """The address of bytes [off, off + n) of peer p's source, checked."""
+        q, i = self.d.t.q64, self.d.block_of[p]
+        if off < 0 or off + n > q[i + D_BYTES]:
+            raise CollectiveError(
+                f"rank {p} published {q[i + D_BYTES]} bytes where rank {self.d.rank} reads "
+                f"bytes {off} to {off + n} (shape, dtype or count differ between ranks)",
+                ranks=[p])
+        return q[i + D_ADDR] + off
+
+    def read(self, p: int, off: int, dest) -> None:
+        """Copy ``dest.nbytes`` bytes of peer p's source, from byte ``off``, into
+        ``dest`` (a contiguous array): one copy."""
+        n = dest.nbytes
+        if not n:
+            return
+        addr = self._where(p, off, n)
+        t = self.d.t
+        view = t.mapped(p, addr, n)
+        if view is not None:
+            np.copyto(as_bytes(dest), view)
+        else:
+            self._cma(p, addr, as_bytes(dest))
+        self.ep.recv_bytes += n
+
+    def piece(self, p: int, off: int, n: int, scratch: np.ndarray) -> np.ndarray:
+        """Bytes [off, off + n) of peer p's source as a uint8 array: the
+        mapping itself where there is one, else read into ``scratch``."""
+        addr = self._where(p, off, n)
+        self.ep.recv_bytes += n
+        view = self.d.t.mapped(p, addr, n) if n else None
+        if view is not None:
+            return view
+        out = scratch[:n]
+        if n:
+            self._cma(p, addr, out)
+        return out
+
+    def _cma(self, p: int, addr: int, dest: np.ndarray) -> None:
+        t = self.d.t
+        try:
+            _cma.read(t.liveness.pids[p], addr, dest)
+        except OSError as e:
+            if e.errno == errno.ESRCH or _dies(t.liveness, p):
+                raise PeerFailure(f"rank(s) [{p}] died during {self.ep.what}",
+                                  ranks=[p]) from None
+            raise CollectiveError(f"reading rank {p}'s memory failed: {e}", ranks=[p]) from None
+
+    def done(self, sent: int = 0) -> None:
+        """Say this rank has finished reading; return once every peer has.
+        ``sent``: the bytes the peers read of this rank's source (which it
+        cannot see; the reader counts what it reads as received)."""
+        d = self.d
+        t = d.t
+        self.ep.sent_bytes += sent
+        t.q64[d.mine + D_DONE] = self.k
+        for p in d.peers:
+            t.ring(p)
+        d._wait(D_DONE, self.k, self.ep.block)
+
+
+def _dies(liveness, p: int) -> bool:
+    """Whether rank p is dead, or is seen dead within DYING_S."""
+    end = time.monotonic() + DYING_S
+    while not liveness.dead([p]):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
