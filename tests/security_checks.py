@@ -43,11 +43,14 @@ NAME = re.compile(r"collectives-([0-9a-f]{32})")
 
 class Watch:
     """An MPI communicator that runs ``hook(path)`` when the segment's creator
-    all-reduces 'every rank has mapped it', i.e. while the file still exists."""
+    all-reduces 'every rank has mapped it', i.e. while the file still exists:
+    the first all-reduce after each name (later ones, such as the start-up's
+    probe of process_vm_readv, come after the unlink)."""
 
     def __init__(self, comm, hook):
         self._comm, self._hook = comm, hook
         self.names: list[str] = []
+        self._hooked = 0  # how many of the names the hook has seen
 
     def Bcast(self, buf, root=0):  # the start-up exchanges are JSON in byte buffers
         self._comm.Bcast(buf, root=root)
@@ -57,7 +60,8 @@ class Watch:
                 self.names.append(text)
 
     def Allreduce(self, mine, every, op):
-        if self.names:
+        if len(self.names) > self._hooked:
+            self._hooked = len(self.names)
             self._hook(os.path.join(shm.SHM_DIR, self.names[-1]))
         return self._comm.Allreduce(mine, every, op=op)
 
