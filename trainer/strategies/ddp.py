@@ -9,8 +9,6 @@ accumulate (as ``no_sync``) and the last one communicates.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..layout import Layout
 from ..mixed import F32, Adam, finite
 from .base import Strategy, grad_buckets
@@ -25,7 +23,8 @@ class DDP(Strategy):
         self.lay = lay = Layout(model.sizes, grad_buckets(model, cfg), self.n)
         master = lay.to_flat(model.init_params(), F32)
         self.params16 = master.astype(self.half)
-        self.grads16 = np.zeros(lay.total, self.half)
+        # communicator-allocated: the peers of this host read its buckets in place
+        self.grads16 = comm.zeros(lay.total, self.half)
         self.adam = Adam(master, cfg.lr, eps=cfg.adam_eps)
         self.pviews = self.views(self.params16, lay)
         self.gviews = self.views(self.grads16, lay)

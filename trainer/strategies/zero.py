@@ -55,7 +55,10 @@ class ZeroFullParams(ZeroBase):
 
     def __init__(self, comm, ctrl, model, cfg):
         super().__init__(comm, ctrl, model, cfg, grad_buckets(model, cfg))
-        self.params16 = self._take_init().astype(self.half)
+        # all-gathered in place every step: communicator-allocated, so that the
+        # peers of this host read its pieces where they lie
+        self.params16 = self.comm.empty(self.lay.total, self.half)
+        self.params16[...] = self._take_init()
         self.pviews = self.views(self.params16, self.lay)
 
     def update(self, scale: float, loss: float, grad_piece) -> float:

@@ -9,8 +9,6 @@ as for DDP's all-reduce.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .zero import ZeroFullParams
 
 
@@ -19,7 +17,7 @@ class Zero1(ZeroFullParams):
 
     def __init__(self, comm, ctrl, model, cfg):
         super().__init__(comm, ctrl, model, cfg)
-        self.grads16 = np.zeros(self.lay.total, self.half)
+        self.grads16 = self.comm.zeros(self.lay.total, self.half)  # read in place by peers
         self.gviews = self.views(self.grads16, self.lay)
 
     def _reduce(self, g: int):

@@ -10,8 +10,6 @@ reduce-scatter, 3(N-1)/N·Ψ·b.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..layout import per_layer
 from ..mixed import F32
 from .base import put
@@ -25,6 +23,12 @@ class Zero3(ZeroBase):
         super().__init__(comm, ctrl, model, cfg, per_layer(model.n_layers))
         self.param_shard = self.lay.shard_of(self._take_init(), self.rank).astype(self.half)
         self.grads = ShardedGrads(self)
+        # where layers are gathered: two communicator-allocated buffers of the
+        # largest layer, taken in turn (Gathered); a layer's is free again once
+        # get() has copied it out, before the layer after next starts
+        # (prefetch is one layer ahead)
+        most = max(self.lay.length)
+        self.pool = [comm.empty(most, self.half) for _ in range(2)]
 
     def train_step(self, step):
         cfg, lay, G = self.cfg, self.lay, self.grads
@@ -67,7 +71,7 @@ class Gathered:
         self.next += 1
         z, lay = self.z, self.z.lay
         g = lay.group_of[2 * key[1]]
-        buf = np.empty(lay.length[g], z.half)
+        buf = z.pool[self.next % 2][:lay.length[g]]
         blocks = lay.blocks(buf)
         blocks[z.rank] = lay.shard_piece(z.param_shard, g)
         h = z.comm.all_gather(blocks[z.rank], out=blocks, algorithm=z.algo("all_gather"),
