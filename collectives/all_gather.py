@@ -15,7 +15,7 @@ from transports import Endpoint
 
 from . import ring as _ring
 from .arrays import address
-from .one_copy import one_copy_only, read_all
+from .one_copy import IN_PLACE_MOVE_BYTES, one_copy_only, read_all, regions_or_staged
 from .ranks import chunks
 
 
@@ -53,8 +53,12 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Every rank reads every peer's ``x`` straight into its block of ``out``
     (its own block copied once x is published: the peers need not wait for it)."""
+    _one_copy(ep, ep.expose(x) if ep.size > 1 else None, x, out)
+
+
+def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:
+    """``one_copy`` once ``x`` is published (``rem``; None alone)."""
     n, m, r = ep.size, x.size, ep.rank
-    rem = ep.expose(x) if n > 1 else None
     mine = out[r * m:(r + 1) * m]
     if address(mine) != address(x):  # in place, x is already there
         np.copyto(mine, x)
@@ -64,7 +68,20 @@ def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     rem.done(sent=(n - 1) * x.nbytes)
 
 
-ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct, "one_copy": one_copy}
+@one_copy_only
+def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """``one_copy`` from the peers' mappings where every rank's ``x`` is a
+    communicator-allocated array; else the staged choice (one_copy.py's
+    ``regions_or_staged``: the first publication decides, alike everywhere)."""
+    if ep.size == 1:
+        return one_copy(ep, x, out)
+    staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
+    regions_or_staged(ep, x, lambda rem: _one_copy(ep, rem, x, out),
+                      lambda: staged(ep, x, out))
+
+
+ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct, "one_copy": one_copy,
+              "in_place": in_place}
 
 
 # one_copy where the N blocks add up to this many bytes (docs/performance.md)
@@ -79,4 +96,6 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
     other's memory, one copy once the output outgrows the caches."""
     if one_copy and size * nbytes >= ONE_COPY_BYTES:
         return "one_copy"
+    if one_copy and nbytes >= IN_PLACE_MOVE_BYTES:
+        return "in_place"
     return "direct" if nbytes <= 32 * 1024 or (shared and size > 2) else "ring"

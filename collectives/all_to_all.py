@@ -13,7 +13,7 @@ import numpy as np
 
 from transports import Endpoint
 
-from .one_copy import one_copy_only, read_all
+from .one_copy import IN_PLACE_MOVE_BYTES, one_copy_only, read_all, regions_or_staged
 from .ranks import chunks, peer_index
 
 
@@ -67,18 +67,39 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Each rank reads block ``rank`` of every peer's ``x`` straight into
     ``out`` (in place, x is copied first: the peers read it while out fills)."""
+    x = _prepare(ep, x, out)
+    if ep.size > 1:
+        _one_copy(ep, ep.expose(x), out)
+
+
+def _one_copy(ep: Endpoint, rem, out: np.ndarray) -> None:
+    """``one_copy``'s reads, once ``x`` (prepared) is published (``rem``)."""
     n, r = ep.size, ep.rank
     m = out.size // n
-    x = _prepare(ep, x, out)
-    if n == 1:
-        return
-    b = m * x.itemsize
-    rem = ep.expose(x)
+    b = m * out.itemsize
     read_all(rem, ep, lambda p: (r * b, out[p * m:(p + 1) * m]))
     rem.done(sent=(n - 1) * b)
 
 
-ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy}
+@one_copy_only
+def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """``one_copy`` from the peers' mappings where every rank's ``x`` is a
+    communicator-allocated array that ``out`` does not overlap (one that it
+    does is overwritten while the peers read it); else the staged choice
+    (one_copy.py's ``regions_or_staged``: the first publication decides)."""
+    if ep.size == 1:
+        return one_copy(ep, x, out)
+    staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
+    apart = not np.may_share_memory(out, x)
+
+    def from_regions(rem):
+        _prepare(ep, x, out)
+        _one_copy(ep, rem, out)
+    regions_or_staged(ep, x if apart else None, from_regions, lambda: staged(ep, x, out))
+
+
+ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy,
+              "in_place": in_place}
 
 
 # one_copy from N * S of this many bytes (docs/performance.md)
@@ -88,6 +109,8 @@ ONE_COPY_BYTES = 32 << 20
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if one_copy and size * nbytes >= ONE_COPY_BYTES:
         return "one_copy"
+    if one_copy and nbytes >= IN_PLACE_MOVE_BYTES:
+        return "in_place"
     if shared:  # measured: docs/performance.md
         return "direct"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"

@@ -17,7 +17,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .one_copy import one_copy_only
+from .one_copy import one_copy_only, regions_or_staged
 from .ranks import absolute, block_bounds, chunks, rel
 
 CHAIN_CHUNK_BYTES = 256 * 1024
@@ -90,17 +90,34 @@ def direct(ep: Endpoint, buf: np.ndarray, root: int) -> None:
 @one_copy_only
 def one_copy(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     """Every other rank reads root's ``buf`` straight into its own."""
-    n, me = ep.size, ep.rank
-    if n == 1:
+    if ep.size == 1:
         return
-    rem = ep.expose(buf if me == root else None)
+    _one_copy(ep, ep.expose(buf if ep.rank == root else None), buf, root)
+
+
+def _one_copy(ep: Endpoint, rem, buf: np.ndarray, root: int) -> None:
+    """``one_copy`` once root's ``buf`` is published (``rem``)."""
+    n, me = ep.size, ep.rank
     if me != root:
         rem.read(root, 0, buf)
     rem.done(sent=(n - 1) * buf.nbytes if me == root else 0)
 
 
+@one_copy_only
+def in_place(ep: Endpoint, buf: np.ndarray, root: int) -> None:
+    """``one_copy`` from root's mapping where root's ``buf`` is a
+    communicator-allocated array; else the staged choice (one_copy.py's
+    ``regions_or_staged``, on root's buffer alone)."""
+    if ep.size == 1:
+        return
+    staged = ALGORITHMS[choose(buf.nbytes, ep.size, shared=True)]
+    regions_or_staged(ep, buf if ep.rank == root else None,
+                      lambda rem: _one_copy(ep, rem, buf, root),
+                      lambda: staged(ep, buf, root), only=root)
+
+
 ALGORITHMS = {"binomial": binomial, "scatter_allgather": scatter_allgather, "chain": chain,
-              "direct": direct, "one_copy": one_copy}
+              "direct": direct, "one_copy": one_copy, "in_place": in_place}
 
 
 # one_copy from N * S of this many bytes (docs/performance.md)

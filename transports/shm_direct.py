@@ -101,15 +101,19 @@ class Remote:
     def __init__(self, d: Direct, k: int, ep):
         self.d, self.k, self.ep = d, k, ep
 
-    def in_regions(self, own) -> bool:
+    def in_regions(self, own, only: int | None = None) -> bool:
         """Whether every rank's source lies in a communicator-allocated array
         (shm_regions): ``own``, this rank's, in one of its own, and each
-        peer's in one that this rank maps.  Every rank maps every live region
+        peer's in one that this rank maps (``only``: rank ``only``'s source
+        alone, as for a broadcast's root).  Every rank maps every live region
         of the communicator, so every rank gets the same answer."""
         t, q = self.d.t, self.d.t.q64
-        if own is None or not own.nbytes or t.locate(own) is None:
-            return False
+        if only is None or only == self.d.rank:
+            if own is None or not own.nbytes or t.locate(own) is None:
+                return False
         for p, i in self.d.block_of.items():
+            if only is not None and p != only:
+                continue
             n = q[i + D_BYTES]
             if not n or t.mapped(p, q[i + D_ADDR], n) is None:
                 return False
