@@ -285,5 +285,7 @@ def test_probes_print_their_figures():
     assert len(lines) == 2 and all("two_shot" in ln and "MPI" in ln for ln in lines), p.stdout
     p = _bench(2, "latency", module="bench.probe")
     assert "MPI_Allreduce" in p.stdout and "ep.exchange" in p.stdout, p.stdout
+    p = _bench(2, "small", "8", "--reps", "1", "--iters", "100", module="bench.probe")
+    assert "N=2 all_reduce     8 B" in p.stdout and "python" in p.stdout, p.stdout
     p = _bench(2, "coherence", module="bench.probe")
     assert p.stdout.count("GB/s") == 2, p.stdout
