@@ -37,8 +37,14 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   ``broadcast`` is always in place, so its one measurement fills both groups;
   ``gather``, ``scatter`` and ``barrier`` have no in-place form and print
   ``n/a`` there.  The closing line adds the in-place average.
-* ``time`` is the largest, over ranks, of each rank's average time per call
-  of a loop of ``iters`` calls that starts after a barrier.
+* Rounds (``--repeat R``, default 3): this machine's speed drifts, so per
+  size every call is timed R times, in turn with the others: round k times
+  our out-of-place call, our in-place call (each algorithm's, with
+  ``--algorithm all``), the baseline's call and a local copy of the
+  message, each as one loop, before round k+1 starts.  A round's figure of a
+  call is the largest, over ranks, of each rank's average time per call of a
+  loop of ``iters`` calls that starts after a barrier.  ``time`` (and
+  ``mpi_time``) is the median of the R rounds' figures.
 * ``algbw = S / time`` and ``busbw = algbw * factor``, in GB/s (1e9 bytes/s).
 * ``#wrong`` (with ``--check``) is the number of result elements, summed over
   ranks, that differ from a numpy reference (integers and moved data
@@ -51,9 +57,12 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   result locally.
 * ``mpi_time``/``mpi_busbw`` measure MPI's own collective (mpi4py buffer
   calls, out of place, without ``MPI_IN_PLACE``) on buffers of the same
-  sizes in the same run; ``ratio = busbw / mpi_busbw`` (= ``mpi_time /
-  time``, both out of place; > 1 means ours is faster; for the barrier,
-  which has no bandwidth, the time ratio).
+  sizes in the same run, in the same rounds; ``ratio`` is the median over
+  the rounds of each round's ``mpi_time / time`` (= ``busbw / mpi_busbw``,
+  both out of place; > 1 means ours is faster; for the barrier, which has
+  no bandwidth, it is the time ratio all the same), so each ratio compares
+  two loops timed one after the other.  With R even the median is the mean
+  of the middle two.
   MPI columns show ``-`` for ``--op avg`` (MPI has none) and for dtypes or
   ops that the MPI library refuses.  Data-movement collectives hand MPI the
   buffers as bytes.  MPI has no bfloat16: with ``-d bfloat16`` its reducing
@@ -69,10 +78,20 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   in the JSON, which keeps the ``mpi_*`` keys), else MPI's on the host
   buffers; a header line says which and why.  ``bench/gpu_check.sh`` runs
   the GPU tests and a short benchmark on a GPU machine.
+* ``%cpy`` is our out-of-place busbw as a percentage of the one-copy
+  limit: the median over the rounds of ``busbw / (S / copy time)``, where
+  the copy time is that round's timing of ``np.copyto`` of S bytes between
+  two buffers of the rank's own (a device-to-device copy on ``--transport
+  cuda``), every rank copying at once and the slowest rank counting, as for
+  the collectives.  It is measured at the message's size because the limit
+  depends on it (caches), and in the rounds because it shares the cores with
+  the same ranks and drifts with the machine; a collective that moves every
+  byte once, by a local copy's speed, is at 100.
 * Without ``-n`` the iteration count adapts: about ``--budget`` seconds
-  (0.3) of timed loop per size, at least 3 and at most 1000 calls; without
-  ``-w`` the warm-up is 5 calls or about 0.02 s of them, whichever is
-  more, cut to about 0.2 s.
+  (0.3) of timed loop per call and size, all rounds together (budget / R a
+  round), at least 3 and at most 1000 calls a round; without ``-w`` each
+  call's warm-up, before the first round, is 5 calls or about 0.02 s of
+  them, whichever is more, cut to about 0.2 s.
 * The header gives one core's memcpy bandwidth (best ``np.copyto`` of a
   64 MiB buffer, bytes copied per second, other ranks idle), and the closing
   line the average busbw over the non-empty sizes and its fraction of it.
@@ -82,16 +101,24 @@ JSON (``--json FILE``)
 One object per collective::
 
     {"collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps",
+     "repeat", "baseline",
      "rows": [{"bytes", "count", "algorithm", "auto", "iters", "time_us",
                "algbw", "busbw", "wrong", "inplace", "inplace_iters",
                "inplace_time_us", "inplace_algbw", "inplace_busbw",
-               "inplace_wrong", "mpi_time_us", "mpi_busbw", "ratio"}, ...]}
+               "inplace_wrong", "mpi_time_us", "mpi_busbw", "ratio",
+               "repeat", "times_us", "inplace_times_us", "mpi_times_us",
+               "ratios", "copy_times_us", "copy_gbps", "pct_copy"}, ...]}
 
 A single collective writes that object; ``all`` writes a list of them, one
 per collective, in the order run.  ``-``, ``N/A`` and ``n/a`` become
 ``null``; ``inplace`` says what the ``inplace_*`` keys hold: ``"own"`` (the
 in-place call), ``"same"`` (broadcast: the out-of-place figures again) or
-``"none"`` (no in-place form: all null).
+``"none"`` (no in-place form: all null).  ``times_us``,
+``inplace_times_us``, ``mpi_times_us`` and ``copy_times_us`` hold each
+round's figure (``repeat`` of them, in round order), ``ratios`` each
+round's ``mpi_time / time``; ``time_us`` etc. are their medians and
+``ratio`` the median of ``ratios``; ``iters`` is per round.  ``copy_gbps``
+is S over the median copy time, ``pct_copy`` the ``%cpy`` column.
 
 Many hosts
 ----------

@@ -135,6 +135,29 @@ class Case:
             return nccl.call(self)
         return self._mpi
 
+    def copy(self) -> Optional[Call]:
+        """One local copy of the message's bytes (``np.copyto``; on the cuda
+        transport a device-to-device copy, waited for), the one-copy reference
+        of the ``%cpy`` column; None for the barrier, which moves no bytes.
+
+        Every rank copies at once and the slowest rank's time counts, as for
+        the collectives: the reference then shares the cores and the caches as
+        they do, at the same size, in the same rounds."""
+        if self.nbytes == 0:
+            return None
+        src, dst = np.ones(self.nbytes, np.uint8), np.zeros(self.nbytes, np.uint8)
+        if self.comm.transport != "cuda":
+            return lambda: np.copyto(dst, src)
+        import cupy
+        src, dst = cupy.asarray(src), cupy.asarray(dst)
+        # the host stand-in of the tests copies at once: nothing to wait for
+        sync = getattr(cupy.cuda.get_current_stream(), "synchronize", lambda: None)
+
+        def device_copy():
+            dst[...] = src
+            sync()
+        return device_copy
+
     # -- to be provided by each collective --------------------------------
     def setup(self) -> None:
         """Allocate and fill this rank's buffers."""

@@ -20,6 +20,7 @@ from .cases import CASES, COLLECTIVES
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _OPS = tuple(o.value for o in Op)
 DEFAULT_WARMUP = 5
+DEFAULT_REPEAT = 3
 
 
 def parse_size(text: str) -> int:
@@ -71,12 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--stepfactor", type=float, default=2.0,
                    help="multiply the size by this between rows (default 2)")
     p.add_argument("-n", "--iters", type=int, default=None,
-                   help="timed calls per size (default: adaptive, see --budget)")
+                   help="timed calls per size and round (default: adaptive, see --budget)")
     p.add_argument("-w", "--warmup_iters", type=int, default=None,
                    help=f"untimed calls before timing (default {DEFAULT_WARMUP}, or "
                         "as many as take ~0.02 s, at most ~0.2 s per size)")
     p.add_argument("--budget", type=float, default=0.3,
-                   help="seconds of timed loop per size when -n is not given (default 0.3)")
+                   help="seconds of timed loop per call and size, all rounds together, "
+                        "when -n is not given (default 0.3)")
+    p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
+                   help="rounds per size: each round times ours (out of place, in place), "
+                        "MPI's call and a local copy in turn; rows show medians and the "
+                        f"median of the per-round ratios (default {DEFAULT_REPEAT})")
     p.add_argument("-d", "--datatype", default="float32",
                    help="numpy dtype name (default float32)")
     p.add_argument("-o", "--op", default="sum", choices=_OPS, help="reduction op (default sum)")
@@ -128,6 +134,8 @@ def parse_args(argv: Optional[Sequence[str]], rank: int, size: int) -> argparse.
         p.error("warmup_iters must be >= 0")
     if a.budget <= 0:
         p.error("budget must be positive")
+    if a.repeat < 1:
+        p.error("repeat must be at least 1")
     return a
 
 
@@ -142,11 +150,12 @@ def algorithms_for(name: str, requested: Optional[str], comm) -> Optional[list[O
 
 
 def _settings(a: argparse.Namespace, algs: list[Optional[str]]):
-    from .runner import Settings
+    from .timing import Settings
     given = a.warmup_iters is not None
     return Settings(sizes=a.sizes, dtype=a.dtype, op=a.op, root=a.root, algorithms=algs,
                     iters=a.iters, warmup=a.warmup_iters if given else DEFAULT_WARMUP,
-                    warmup_given=given, budget_s=a.budget, check=a.check)
+                    warmup_given=given, budget_s=a.budget, check=a.check,
+                    repeat=a.repeat)
 
 
 def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, table,
@@ -164,6 +173,7 @@ def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, t
     res = report.Result(collective=name, n=comm.size, transport=comm.transport,
                         dtype=str(a.dtype), op=a.op if cls.reducing else "none",
                         root=a.root if cls.rooted else -1, memcpy_gbps=memcpy,
+                        repeat=a.repeat,
                         baseline="NCCL" if nccl is not None else
                         "MPI-op" if cls.reducing and a.dtype == BFLOAT16 else "MPI")
     if rank0 and res.baseline == "MPI-op":
@@ -197,7 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import collectives as cc
 
-    from . import report, runner
+    from . import report, runner, timing
 
     world = MPI.COMM_WORLD
     a = parse_args(argv, world.Get_rank(), world.Get_size())
@@ -229,9 +239,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if rank0:
                 table.preamble(
                     memcpy, iters=str(a.iters) if a.iters else
-                    f"auto ({a.budget:g} s/size, {runner.MIN_ITERS}..{runner.MAX_ITERS})",
+                    f"auto ({a.budget:g} s/size over the rounds, "
+                    f"{timing.MIN_ITERS}..{timing.MAX_ITERS} a round)",
                     warmup=str(a.warmup_iters) if a.warmup_iters is not None
-                    else f"{DEFAULT_WARMUP} (0.02..0.2 s)", check=a.check)
+                    else f"{DEFAULT_WARMUP} (0.02..0.2 s)", check=a.check,
+                    repeat=a.repeat)
             nccl = None
             if a.transport == "cuda":
                 nccl, why = gpu.nccl_baseline(mpicomm)

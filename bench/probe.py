@@ -5,10 +5,15 @@
     mpiexec -n 2 python -m bench.probe latency     # where a small all-reduce's time goes
     mpiexec -n 4 python -m bench.probe share [--size 16M] [--reps R]   # reduction's share
     mpiexec -n N python -m bench.probe ab COLLECTIVE ALG[,ALG...] SIZE[,SIZE...] [--reps R]
+    mpiexec -n N python -m bench.probe small [SIZE,...] [--reps R]   # the small all-reduce's two rounds
 
 ``ab`` times MPI's collective and each algorithm in turn, R times over, and
 prints the median of each: interleaving keeps a machine whose speed drifts
 from favouring whichever ran first (the default choices come from it).
+``small`` does the same for ``comm.all_reduce(x, out)`` of a few bytes with
+its compiled round and with Python's (the kernels switched off around the
+loop) against ``MPI_Allreduce``, and prints time ratios to MPI (our time /
+MPI's: the small-message targets are put that way).
 Rank 0 prints; every figure is per call, the slowest rank's mean.
 """
 from __future__ import annotations
@@ -160,6 +165,30 @@ def ab(comm, world, args) -> None:
                   flush=True)
 
 
+def small(comm, world, args) -> None:
+    from collectives import kernels
+    best = kernels.isa()
+    paths = {"compiled": best, "python": "numpy"} if best != "numpy" else {"python": "numpy"}
+    for nbytes in args.sizes:
+        x = np.arange(max(1, nbytes // 4), dtype=np.float32)
+        out, mout = np.empty_like(x), np.empty_like(x)
+        comm.all_reduce(x, out)  # the first call of an (op, dtype) takes the general path
+        res: dict = {k: [] for k in (*paths, "MPI")}
+        for _ in range(args.reps):
+            for name, path in paths.items():
+                kernels.use(path)
+                res[name].append(_timed(world, lambda: comm.all_reduce(x, out), args.iters))
+            kernels.use(best)
+            res["MPI"].append(_timed(world, lambda: world.Allreduce(x, mout), args.iters))
+        if comm.rank == 0:
+            ratio = {k: float(np.median([a / m for a, m in zip(v, res["MPI"])]))
+                     for k, v in res.items()}
+            cells = "  ".join(f"{k} {float(np.median(v)) * 1e6:6.2f} us ({ratio[k]:4.2f}x MPI)"
+                              for k, v in res.items() if k != "MPI")
+            print(f"N={comm.size} all_reduce {x.nbytes:>5} B  {cells}  "
+                  f"MPI {float(np.median(res['MPI'])) * 1e6:6.2f} us", flush=True)
+
+
 def main() -> None:
     from .cli import parse_size
     p = argparse.ArgumentParser(prog="python -m bench.probe", description=__doc__,
@@ -170,6 +199,11 @@ def main() -> None:
     sh = sub.add_parser("share")
     sh.add_argument("--size", type=parse_size, default=16 << 20)
     sh.add_argument("--reps", type=int, default=5)
+    sm = sub.add_parser("small")
+    sm.add_argument("sizes", nargs="?", default=[8, 64, 512, 4096],
+                    type=lambda s: [parse_size(v) for v in s.split(",")])
+    sm.add_argument("--reps", type=int, default=5)
+    sm.add_argument("--iters", type=int, default=5000)
     a = sub.add_parser("ab")
     a.add_argument("collective")
     a.add_argument("algorithms")
@@ -179,7 +213,8 @@ def main() -> None:
     import collectives as cc
     from mpi4py import MPI
     with cc.init("shm") as comm:
-        {"coherence": coherence, "cma": cma, "latency": latency, "share": share, "ab": ab}[args.probe](
+        {"coherence": coherence, "cma": cma, "latency": latency, "share": share, "ab": ab,
+         "small": small}[args.probe](
             comm, MPI.COMM_WORLD, args)
 
 

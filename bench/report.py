@@ -20,13 +20,14 @@ class Result:
     op: str
     root: int
     memcpy_gbps: float
+    repeat: int = 1                # rounds per size
     rows: list[Row] = dataclasses.field(default_factory=list)
     baseline: str = "MPI"  # whose collective the mpi_* columns measure: MPI or NCCL
 
     def as_json(self) -> dict:
         d = {k: getattr(self, k) for k in
              ("collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps",
-              "baseline")}
+              "repeat", "baseline")}
         d["rows"] = [r.as_json() for r in self.rows]
         return d
 
@@ -38,7 +39,8 @@ _TIMING = [("time", "(us)", 11), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8),
 _COLUMNS = ([("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 10),
              ("redop", "", 6), ("root", "", 5), ("algorithm", "", 0)]
             + _TIMING + _TIMING
-            + [("mpi_time", "(us)", 11), ("mpi_busbw", "(GB/s)", 10), ("ratio", "", 7)])
+            + [("mpi_time", "(us)", 11), ("mpi_busbw", "(GB/s)", 10), ("ratio", "", 7),
+               ("%cpy", "", 6)])
 _GROUPS = {6: "out-of-place", 10: "in-place"}  # first column index -> title
 NA = "n/a"  # in-place cells of a call without an in-place form
 
@@ -62,11 +64,17 @@ class Table:
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
-    def preamble(self, memcpy_gbps: float, iters: str, warmup: str, check: bool) -> None:
+    def preamble(self, memcpy_gbps: float, iters: str, warmup: str, check: bool,
+                 repeat: int) -> None:
         """The lines that hold for every collective of the run."""
         self._print(f"# memcpy bandwidth (1 core, np.copyto of 64 MiB): {memcpy_gbps:.2f} GB/s")
         self._print(f"# iters: {iters}  warmup: {warmup}  check: {'yes' if check else 'no'}"
                     "  (algorithm auto:X = the library's default choice, X)")
+        self._print(f"# rounds: {repeat} a size, each timing ours (out of place, in place), "
+                    "the baseline and a copy of the message in turn; times are medians")
+        self._print("# ratio: median over rounds of baseline time / our time out of place "
+                    "(> 1: ours faster);  %cpy: median over rounds of busbw / the bandwidth "
+                    "of np.copyto of the message's bytes, every rank at once")
         self._print("#")
 
     def header(self, res: Result, requested_transport: str,
@@ -105,7 +113,8 @@ class Table:
             cells += _timing(r.inplace_time_us, r.inplace_algbw, r.inplace_busbw,
                              r.inplace_wrong)
         cells += [_fmt(r.mpi_time_us, "11.2f").rjust(11),
-                  _fmt(r.mpi_busbw, "10.3f").rjust(10), _fmt(r.ratio, "7.2f").rjust(7)]
+                  _fmt(r.mpi_busbw, "10.3f").rjust(10), _fmt(r.ratio, "7.2f").rjust(7),
+                  _fmt(r.pct_copy, "6.1f").rjust(6)]
         self._print(" ".join(cells))
 
     def closing(self, res: Result) -> None:

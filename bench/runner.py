@@ -1,4 +1,4 @@
-"""Timing: the memcpy reference, adaptive iteration counts, one collective's rows.
+"""One collective's rows: the cases of each size timed in rounds, and the memcpy reference.
 
 Every decision that changes what the ranks call (iteration counts, whether
 MPI takes a dtype) is taken from values reduced over all ranks, so that
@@ -7,36 +7,16 @@ the ranks always run the same sequence of collectives.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from typing import Iterator, Optional
 
 import numpy as np
 
 from .cases import CASES, Call, Case
+from .timing import Clock, Series, Settings, ratios
 
 MEMCPY_BYTES = 64 << 20
-WARMUP_BUDGET_S = 0.2   # default warm-up is cut to about this long
-WARMUP_MIN_S = 0.02     # and lengthened to about this long (short calls: the
-                        # first size of a run otherwise pays for the scheduler
-                        # settling 4+ ranks on the cores, ours and MPI's alike)
-MAX_ITERS = 1000        # adaptive iteration count bounds
-MIN_ITERS = 3
-
-
-@dataclasses.dataclass
-class Settings:
-    """What the runner needs from the command line."""
-
-    sizes: list[int]
-    dtype: np.dtype
-    op: str
-    root: int
-    algorithms: list[Optional[str]]  # None: the library's own choice
-    iters: Optional[int]              # None: adaptive
-    warmup: int
-    warmup_given: bool
-    budget_s: float
-    check: bool
 
 
 @dataclasses.dataclass
@@ -47,7 +27,12 @@ class Row:
     ones the in-place call's (None where the call has no in-place form:
     ``inplace == "none"``; the out-of-place figures again where the call is
     in place already: ``inplace == "same"``); the ``mpi_`` ones the
-    baseline's, out of place.
+    baseline's, out of place; the ``copy_`` ones a local copy of the
+    message's bytes.  Times are medians over the rounds; the ``*_times_us``
+    lists hold each round's (the slowest rank's mean per call), ``ratios``
+    each round's MPI time over our out-of-place time, and ``ratio`` their
+    median.  ``pct_copy`` is the median over rounds of busbw as a percentage
+    of the round's copy bandwidth.
     """
 
     bytes: int
@@ -68,51 +53,17 @@ class Row:
     mpi_time_us: Optional[float]
     mpi_busbw: Optional[float]
     ratio: Optional[float]
+    repeat: int
+    times_us: list[float]
+    inplace_times_us: Optional[list[float]]
+    mpi_times_us: Optional[list[float]]
+    ratios: Optional[list[float]]
+    copy_times_us: Optional[list[float]]
+    copy_gbps: Optional[float]
+    pct_copy: Optional[float]
 
     def as_json(self) -> dict:
         return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass
-class Timing:
-    seconds: float  # per call, max over ranks
-    iters: int
-
-
-class Clock:
-    """Times loops of calls: barrier, loop, max over ranks of the per-call mean."""
-
-    def __init__(self, mpicomm):
-        from mpi4py import MPI
-        self.mpicomm = mpicomm
-        self._max = MPI.MAX
-
-    def per_call(self, fn: Call, iters: int) -> float:
-        self.mpicomm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        dt = (time.perf_counter() - t0) / iters
-        return float(self.mpicomm.allreduce(dt, op=self._max))
-
-    def measure(self, fn: Call, s: Settings) -> Timing:
-        """Warm up, choose the iteration count, then time the loop."""
-        warm = s.warmup
-        est = None
-        if warm > 0 or s.iters is None:
-            est = self.per_call(fn, 1)
-            warm -= 1
-            if not s.warmup_given:  # at least WARMUP_MIN_S, at most WARMUP_BUDGET_S
-                per = max(est, 1e-9)
-                warm = min(max(warm, int(WARMUP_MIN_S / per)), int(WARMUP_BUDGET_S / per))
-            if warm > 0:
-                est = self.per_call(fn, warm)
-        if s.iters is not None:
-            iters = s.iters
-        else:
-            iters = int(s.budget_s / max(est, 1e-9))
-            iters = max(MIN_ITERS, min(MAX_ITERS, iters))
-        return Timing(self.per_call(fn, iters), iters)
 
 
 def memcpy_gbps(mpicomm, nbytes: int = MEMCPY_BYTES, reps: int = 5) -> float:
@@ -177,62 +128,84 @@ def effective_sizes(name: str, sizes: list[int], n: int, dtype: np.dtype) -> lis
 
 
 def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator[Row]:
-    """Measure collective ``name`` over ``s.sizes``, yielding rows as they are done;
-    the baseline is NCCL's collective where ``nccl`` is given, else MPI's."""
+    """Measure collective ``name`` over ``s.sizes``, yielding rows as each size
+    is done; the baseline is NCCL's collective where ``nccl`` is given, else
+    MPI's.  Per size, every call is timed in ``s.repeat`` interleaved rounds
+    (``bench.timing``): each algorithm out of place and in place, then the
+    baseline, then a local copy of the message's bytes."""
     clock = Clock(mpicomm)
     for nbytes in effective_sizes(name, s.sizes, comm.size, s.dtype):
         case = CASES[name](comm, mpicomm, nbytes, s.dtype, s.op, s.root)
-        mfn = case.baseline(nccl)
-        mpi_t: Optional[Timing] = None
-        if mpi_supported(mfn, mpicomm):
-            mpi_t = clock.measure(mfn, s)
+        calls: dict = {}
         for alg in s.algorithms:
-            out = _timed(clock, case, case.ours(alg), False, s)
-            inp: Optional[tuple[Timing, Optional[int]]] = None
+            calls["out", alg] = case.ours(alg)
             if case.in_place == "own":
-                inp = _timed(clock, case, case.ours_in_place(alg), True, s)
-            elif case.in_place == "same":
-                inp = out
-            yield _row(case, alg, out, inp, mpi_t)
-        del case
+                calls["in", alg] = case.ours_in_place(alg)
+        mfn = case.baseline(nccl)
+        if mpi_supported(mfn, mpicomm):
+            calls["mpi"] = mfn
+        cfn = case.copy()
+        if cfn is not None:
+            calls["copy"] = cfn
+        timed = clock.interleaved(calls, s)
+        for alg in s.algorithms:
+            out = timed["out", alg]
+            inp = out if case.in_place == "same" else timed.get(("in", alg))
+            wrong = _checked(clock, case, calls["out", alg], False, s)
+            iwrong = wrong if case.in_place == "same" else \
+                _checked(clock, case, calls["in", alg], True, s) if inp is not None else None
+            yield _row(case, alg, (out, wrong), (inp, iwrong) if inp is not None else None,
+                       timed.get("mpi"), timed.get("copy"), s.repeat)
+        del case, calls
 
 
-def _timed(clock: Clock, case: Case, fn: Call, in_place: bool, s: Settings
-           ) -> tuple[Timing, Optional[int]]:
-    """The call's timing, and with ``s.check`` the mismatches (summed over
-    ranks) of one more call made on reset buffers."""
+def _checked(clock: Clock, case: Case, fn: Call, in_place: bool, s: Settings
+             ) -> Optional[int]:
+    """With ``s.check``, the mismatches (summed over ranks) of one more call
+    made on reset buffers; None without."""
     from mpi4py import MPI
-    t = clock.measure(fn, s)
     wrong = None
     if s.check:
         case.reset(in_place)
         clock.mpicomm.Barrier()
         fn()
         wrong = int(clock.mpicomm.allreduce(case.wrong(in_place), op=MPI.SUM))
-    return t, wrong
+    return wrong
 
 
-def _row(case: Case, alg: Optional[str], out: tuple[Timing, Optional[int]],
-         inp: Optional[tuple[Timing, Optional[int]]], mpi_t: Optional[Timing]) -> Row:
+def _us(t: Series) -> list[float]:
+    return [x * 1e6 for x in t.seconds]
+
+
+def _row(case: Case, alg: Optional[str], out: tuple[Series, Optional[int]],
+         inp: Optional[tuple[Series, Optional[int]]], mpi_t: Optional[Series],
+         copy_t: Optional[Series], repeat: int) -> Row:
     factor = case.factor()
 
-    def bw(t: Timing) -> float:  # algbw, GB/s
-        return case.nbytes / t.seconds / 1e9
+    def bw(seconds: float) -> float:  # algbw, GB/s
+        return case.nbytes / seconds / 1e9
 
     t, wrong = out
     ip: dict = dict.fromkeys(("inplace_iters", "inplace_time_us", "inplace_algbw",
-                              "inplace_busbw", "inplace_wrong"))
+                              "inplace_busbw", "inplace_wrong", "inplace_times_us"))
     if inp is not None:
         it, iw = inp
-        ip = {"inplace_iters": it.iters, "inplace_time_us": it.seconds * 1e6,
-              "inplace_algbw": bw(it), "inplace_busbw": bw(it) * factor, "inplace_wrong": iw}
-    mpi_time_us = mpi_busbw = ratio = None
+        ip = {"inplace_iters": it.iters, "inplace_time_us": it.median * 1e6,
+              "inplace_algbw": bw(it.median), "inplace_busbw": bw(it.median) * factor,
+              "inplace_wrong": iw, "inplace_times_us": _us(it)}
+    mp: dict = dict.fromkeys(("mpi_time_us", "mpi_busbw", "ratio", "mpi_times_us", "ratios"))
     if mpi_t is not None:
-        mpi_time_us = mpi_t.seconds * 1e6
-        mpi_busbw = bw(mpi_t) * factor
-        ratio = mpi_t.seconds / t.seconds
+        per_round = ratios(mpi_t, t)  # MPI's time / ours = our busbw / MPI's
+        mp = {"mpi_time_us": mpi_t.median * 1e6, "mpi_busbw": bw(mpi_t.median) * factor,
+              "ratio": float(statistics.median(per_round)), "mpi_times_us": _us(mpi_t),
+              "ratios": per_round}
+    cp: dict = dict.fromkeys(("copy_times_us", "copy_gbps", "pct_copy"))
+    if copy_t is not None and factor > 0:
+        # busbw / copy bandwidth = factor * copy time / our time, round by round
+        cp = {"copy_times_us": _us(copy_t), "copy_gbps": bw(copy_t.median),
+              "pct_copy": 100 * factor * float(statistics.median(ratios(copy_t, t)))}
     return Row(bytes=case.nbytes, count=case.count,
                algorithm=alg if alg is not None else auto_name(case), auto=alg is None,
-               iters=t.iters, time_us=t.seconds * 1e6, algbw=bw(t), busbw=bw(t) * factor,
-               wrong=wrong, inplace=case.in_place, **ip, mpi_time_us=mpi_time_us,
-               mpi_busbw=mpi_busbw, ratio=ratio)
+               iters=t.iters, time_us=t.median * 1e6, algbw=bw(t.median),
+               busbw=bw(t.median) * factor, wrong=wrong, inplace=case.in_place, **ip, **mp,
+               repeat=repeat, times_us=_us(t), **cp)

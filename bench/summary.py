@@ -5,8 +5,12 @@
 One table per file: a row per collective and size with our time and busbw
 out of place and in place (``n/a`` for a call without an in-place form,
 ``-`` in files written before the benchmark timed in place), MPI's (out of
-place), and the ratio (our out-of-place busbw / MPI's; MPI's time / ours for
-the barrier).
+place), the ratio and ``%cpy``.  Times are the medians over the rounds of
+``--repeat``; the ratio is the median of the rounds' MPI time / our
+out-of-place time (= our busbw / MPI's; > 1: ours faster), and ``%cpy``
+the median of the rounds' busbw as a percentage of a local copy's bandwidth
+(``-`` in files written before the benchmark measured it; files written
+before the rounds hold one measurement of each).
 """
 from __future__ import annotations
 
@@ -27,10 +31,12 @@ def _rows(results: Iterable[dict], sizes: set[int] | None):
 def table(results: list[dict], sizes: set[int] | None) -> str:
     first = results[0]
     head = (f"N = {first['n']}, transport {first['transport']}, {first['dtype']}, "
-            f"memcpy {first['memcpy_gbps']:.2f} GB/s\n\n"
+            f"memcpy {first['memcpy_gbps']:.2f} GB/s, {first.get('repeat', 1)} round(s) "
+            "a size (medians)\n\n"
             "| collective | bytes | algorithm | time (us) | busbw (GB/s) "
             "| in-place time (us) | in-place busbw (GB/s) | MPI time (us) "
-            "| MPI busbw (GB/s) | ratio |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+            "| MPI busbw (GB/s) | ratio | %cpy |\n"
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     lines = []
     for res, r in _rows(results, sizes):
         def f(x, spec):
@@ -42,7 +48,7 @@ def table(results: list[dict], sizes: set[int] | None) -> str:
         lines.append(f"| {res['collective']} | {r['bytes']} | {r.get('algorithm', '')} | "
                      f"{f(r['time_us'], '.1f')} | {f(r['busbw'], '.3f')} | {ip} | "
                      f"{f(r['mpi_time_us'], '.1f')} | {f(r['mpi_busbw'], '.3f')} | "
-                     f"{f(r['ratio'], '.2f')} |")
+                     f"{f(r['ratio'], '.2f')} | {f(r.get('pct_copy'), '.1f')} |")
     return head + "\n".join(lines) + "\n"
 
 

@@ -305,6 +305,152 @@ static PyObject *copy(PyObject *self, PyObject *args)
     return result;
 }
 
+#ifdef __linux__
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define EXCHANGE_REDUCE 1
+
+/* The small all-reduce through the shm transport's exchange buffers in one
+ * call: the protocol of transports/shm_exchange.py (Exchange.run), word for
+ * word, then the reduction in rank order.  The plan (an int64 array that
+ * Exchange builds once) says where the words are:
+ *   [base address, exchange buffer bytes, N, this rank,
+ *    then per rank: doorbell (u32 index), its coll SLEEPING flag (u32 index),
+ *    its exchanged word (i64 index), the (bytes, call, call size) words of
+ *    buffer 0 and of buffer 1 (i64 index of the first), buffer 0 and buffer 1
+ *    (byte offsets)].
+ * Exchange k: copy x into this rank's buffer k mod 2, publish the bytes, the
+ * call and the call size in that buffer's words, then k as the exchanged
+ * word; ring every peer (its doorbell + 1, a futex wake where one of its
+ * SLEEPING flags, coll's or p2p's, is set); look for the peers' exchanged
+ * words a bounded number of times; check what they published; reduce every
+ * rank's buffer, rank 0 first, into out with the kernels (the same bits as
+ * collectives.ops.in_rank_order).  Returns XR_DONE; XR_LATE where a peer has
+ * not published k yet (Python waits as any call does: this function holds
+ * the GIL and never sleeps); XR_MISMATCH where a peer published other words
+ * (Python checks them again and raises its errors).  Both after publishing. */
+enum { XR_DONE = 0, XR_LATE = 1, XR_MISMATCH = 2 };
+enum { PLAN_HEAD = 4, PLAN_STRIDE = 7, PLAN_MAX_RANKS = 64 };
+enum { P_BELL, P_SLEEP, P_SEQ, P_META0, P_META1, P_BUF0, P_BUF1 };
+/* polls of the peers' words before handing over to Python's wait: about
+ * 2 us (1 to 2 ns a poll here), as long as Python's own look (PRESPIN), so
+ * that a peer a little behind is caught without a sleep and a rank whose
+ * peer needs its core (more ranks than cores) gives it up soon.  No PAUSE
+ * between polls: under KVM it can exit to the host (pause-loop exiting),
+ * 200 to 300 ns a PAUSE measured on the development VM. */
+#define XR_POLLS 2048
+
+static PyObject *exchange_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "exchange_reduce(dtype, op, plan, x, out, k, call, key) takes 8 arguments");
+        return NULL;
+    }
+    long dt = PyLong_AsLong(args[0]), op = PyLong_AsLong(args[1]);
+    long long k = PyLong_AsLongLong(args[5]), call = PyLong_AsLongLong(args[6]);
+    long long key = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (dt < 0 || dt >= N_DTYPES || op < 0 || op >= N_OPS || k < 1) {
+        PyErr_SetString(PyExc_ValueError, "exchange_reduce: dtype, op or k out of range");
+        return NULL;
+    }
+    Py_buffer plan, x, out;
+    if (PyObject_GetBuffer(args[2], &plan, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &x, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&plan);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &out, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&plan);
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const int64_t *pl = (const int64_t *)plan.buf;
+    size_t words = (size_t)plan.len / sizeof(int64_t);
+    int64_t n = words >= PLAN_HEAD ? pl[2] : 0, me = words >= PLAN_HEAD ? pl[3] : -1;
+    size_t size = DTYPE_SIZES[dt];
+    if (n < 1 || n > PLAN_MAX_RANKS || me < 0 || me >= n ||
+        words < (size_t)(PLAN_HEAD + PLAN_STRIDE * n)) {
+        PyErr_SetString(PyExc_ValueError, "exchange_reduce: not a plan");
+        goto done;
+    }
+    if (x.len != out.len || x.len <= 0 || x.len > pl[1] || (size_t)x.len % size ||
+        (overlaps(&x, &out) && x.buf != out.buf)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "exchange_reduce: x and out must be the same whole number of "
+                        "elements, at most one exchange buffer, the same memory or apart");
+        goto done;
+    }
+    char *base = (char *)(intptr_t)pl[0];
+    volatile uint32_t *u32 = (volatile uint32_t *)base;
+    int64_t *q = (int64_t *)base;
+    const int64_t *mine = pl + PLAN_HEAD + PLAN_STRIDE * me;
+    int par = (int)(k & 1);
+    int64_t nb = (int64_t)x.len;
+    memcpy(base + mine[P_BUF0 + par], x.buf, (size_t)nb);
+    /* publish: the words of this buffer, then the sequence number (release:
+     * a peer that sees k sees the data and the words) */
+    volatile int64_t *w = q + mine[P_META0 + par];
+    w[0] = nb;
+    w[1] = call;
+    w[2] = key;
+    __atomic_store_n(q + mine[P_SEQ], (int64_t)k, __ATOMIC_RELEASE);
+    for (int64_t p = 0; p < n; p++) {
+        if (p == me)
+            continue;
+        const int64_t *r = pl + PLAN_HEAD + PLAN_STRIDE * p;
+        /* a locked add: the new doorbell is visible before the flags are read */
+        __atomic_fetch_add((uint32_t *)(u32 + r[P_BELL]), 1u, __ATOMIC_SEQ_CST);
+        if (u32[r[P_SLEEP]] || u32[r[P_SLEEP] + 1])
+            syscall(SYS_futex, (uint32_t *)(u32 + r[P_BELL]), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+    int64_t late = -1;
+    for (int poll = 0; poll < XR_POLLS; poll++) {
+        late = -1;
+        for (int64_t p = 0; p < n && late < 0; p++)
+            if (p != me && __atomic_load_n(q + pl[PLAN_HEAD + PLAN_STRIDE * p + P_SEQ],
+                                           __ATOMIC_ACQUIRE) < k)
+                late = p;
+        if (late < 0)
+            break;
+    }
+    if (late >= 0) {
+        result = PyLong_FromLong(XR_LATE);
+        goto done;
+    }
+    const char *small_in[8];
+    const char **in = n <= 8 ? small_in : PyMem_Calloc((size_t)n, sizeof(char *));
+    if (!in) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int bad = 0;
+    for (int64_t p = 0; p < n; p++) {
+        const int64_t *r = pl + PLAN_HEAD + PLAN_STRIDE * p;
+        volatile const int64_t *m = q + r[P_META0 + par];
+        if (p != me && (m[0] != nb || m[1] != call || m[2] != key))
+            bad = 1;
+        in[p] = base + r[P_BUF0 + par];
+    }
+    if (!bad)
+        ISAS[isa_now].table[dt][op]((char *)out.buf, in, (size_t)n, (size_t)nb / size, NULL, 0);
+    if (in != small_in)
+        PyMem_Free(in);
+    result = PyLong_FromLong(bad ? XR_MISMATCH : XR_DONE);
+done:
+    PyBuffer_Release(&plan);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+#endif
+
 static PyObject *isa(PyObject *self, PyObject *noargs)
 {
     return PyUnicode_FromString(ISAS[isa_now].name);
@@ -352,6 +498,11 @@ static PyMethodDef methods[] = {
     {"isa", isa, METH_NOARGS, "isa(): the instruction set the kernels use"},
     {"isas", isas, METH_NOARGS, "isas(): the instruction sets this processor runs, best last"},
     {"set_isa", set_isa, METH_VARARGS, "set_isa(name): use one of isas()"},
+#ifdef EXCHANGE_REDUCE
+    {"exchange_reduce", (PyCFunction)(void (*)(void))exchange_reduce, METH_FASTCALL,
+     "exchange_reduce(dtype, op, plan, x, out, k, call, key): the small all-reduce of x "
+     "into out through the shm exchange buffers; 0 done, 1 a peer is late, 2 mismatch"},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

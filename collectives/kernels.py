@@ -35,8 +35,9 @@ a path at run time.
 """
 from __future__ import annotations
 
+import functools
 import os
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 import numpy as np
 
@@ -230,6 +231,27 @@ def _numpy_reduce(out: np.ndarray, inputs: Sequence[np.ndarray], op: str, diviso
         np.true_divide(acc, divisor, out=acc)
     if acc is not o:
         np.copyto(o, acc)
+
+
+def exchange_reducer(dtype: np.dtype, op: str) -> Callable | None:
+    """The compiled small all-reduce through the shm transport's exchange
+    buffers (``exchange_reduce`` in _kernels.c; transports/shm_exchange.py,
+    ``Exchange.fused``, calls it) for ``dtype`` and ``op`` ("sum", "prod",
+    "max", "min"): ``f(plan, x, out, k, call, key)``, which reduces as
+    ``reduce_into`` does, so with the bits of ``ops.in_rank_order``.  None
+    on the numpy path, where the module lacks it, or for complex prod."""
+    if _numpy or not hasattr(_kernels, "exchange_reduce"):
+        return None
+    code = _CODES.get((np.dtype(dtype), _op_name(op)))
+    if code is None:
+        return None
+    fused = functools.partial(_kernels.exchange_reduce, *code)
+    if np.dtype(dtype) != bfloat16:
+        return fused
+
+    def words(plan, x, out, k, call, key):  # numpy exports no buffer of bfloat16
+        return fused(plan, x.view(np.uint16), out.view(np.uint16), k, call, key)
+    return words
 
 
 def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:

@@ -4,17 +4,37 @@ memory runs when the Communicator takes its fast path (all_reduce there).
 The general path would pick ``direct`` at these sizes, and ``direct`` is one
 round here (the message fits an exchange buffer): this body runs that round,
 ``all_reduce.one_round``, without the general path's checks and scheduling.
-Both count the same bytes and give the same bits.
+Where the compiled kernels are on, the round is one C call instead
+(``kernels.exchange_reducer``: the exchange's protocol and the reduction in
+rank order), which hands back to Python's wait when a peer is late.  All
+count the same bytes and give the same bits.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .all_reduce import one_round
-from .ops import divide
+from .ops import divide, in_rank_order
 
 # at most one exchange buffer (which is at least 4096 bytes: transports.md)
 SMALL_ALL_REDUCE_BYTES = 4096
+
+# (reducer, dtype) -> the compiled round (kernels.exchange_reducer) or None
+_FUSED: dict = {}
+
+
+def fused_round(uf, dtype: np.dtype):
+    """The compiled round for reducer ``uf`` and ``dtype``: the exchange and
+    the reduction in one C call; None on the numpy path (the kernels off or
+    not built) or where it has no kernel (complex prod)."""
+    if not kernels.compiled():
+        return None
+    try:
+        return _FUSED[uf, dtype]
+    except KeyError:
+        f = _FUSED[uf, dtype] = kernels.exchange_reducer(dtype, uf.name)
+        return f
 
 
 def plain_out(x: np.ndarray, out) -> bool:
@@ -39,7 +59,13 @@ class SmallAllReduce:
     def __call__(self, ep) -> np.ndarray:
         out = self.out
         of = out if out.ndim == 1 else out.reshape(-1)
-        one_round(ep, self.x, of, self.uf)
+        fused = fused_round(self.uf, of.dtype)
+        if fused is None:
+            one_round(ep, self.x, of, self.uf)
+        else:  # the same round in C; Python's wait and reduction where a peer is late
+            views = ep.exchange_reduce(self.x, of, fused)
+            if views is not None:
+                in_rank_order(views, self.uf, of)
         if self.avg:
             divide(of, ep.size)
         return out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 INPLACE_KEYS = {"inplace_iters", "inplace_time_us", "inplace_algbw", "inplace_busbw",
                 "inplace_wrong"}
+# each round's figures, and what the rounds give
+ROUND_KEYS = {"times_us", "inplace_times_us", "mpi_times_us", "ratios", "copy_times_us"}
 ROW_KEYS = {"bytes", "count", "time_us", "algbw", "busbw", "wrong", "inplace", "mpi_time_us",
-            "mpi_busbw", "ratio"} | INPLACE_KEYS
+            "mpi_busbw", "ratio", "repeat", "copy_gbps", "pct_copy"} | INPLACE_KEYS | ROUND_KEYS
 # the in-place form of each call (bench/cases.py): its own call, the same call, none
 INPLACE = {"all_reduce": "own", "all_gather": "own", "reduce_scatter": "own",
            "broadcast": "same", "reduce": "own", "all_to_all": "own", "gather": "none",
            "scatter": "none", "barrier": "none"}
-TOP_KEYS = {"collective", "n", "transport", "dtype", "memcpy_gbps", "rows"}
+TOP_KEYS = {"collective", "n", "transport", "dtype", "memcpy_gbps", "repeat", "rows"}
 
 pytestmark = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec at {MPIEXEC}")
 
@@ -113,6 +116,36 @@ def _check_result(res: dict, collective: str, n: int, dtype: str = "float32") ->
             assert row["inplace_busbw"] == pytest.approx(row["inplace_algbw"] * factor)
         if row["inplace"] == "same":  # broadcast: its one call is in place
             assert row["inplace_time_us"] == row["time_us"], f"{collective}: {row}"
+        _check_rounds(res, row)
+
+
+def _check_rounds(res: dict, row: dict) -> None:
+    """One figure per round of each call; the medians and ratios from them."""
+    rounds, what = res["repeat"], f"{res['collective']}: {row}"
+    assert row["repeat"] == rounds
+    lists = [row[k] for k in ROUND_KEYS if row[k] is not None]
+    assert all(len(v) == rounds for v in lists), what
+    assert row["time_us"] == pytest.approx(statistics.median(row["times_us"])), what
+    if row["inplace"] != "none":
+        assert row["inplace_time_us"] == pytest.approx(
+            statistics.median(row["inplace_times_us"])), what
+    if row["mpi_time_us"] is not None:
+        assert row["mpi_time_us"] == pytest.approx(statistics.median(row["mpi_times_us"]))
+        assert row["ratios"] == pytest.approx(
+            [m / t for m, t in zip(row["mpi_times_us"], row["times_us"])]), what
+        assert row["ratio"] == pytest.approx(statistics.median(row["ratios"])), what
+    if res["collective"] == "barrier":  # no bytes: no copy to compare with
+        assert row["copy_times_us"] is None and row["pct_copy"] is None, what
+        return
+    # busbw / copy bandwidth, round by round: factor * copy time / our time
+    factor = row["busbw"] / row["algbw"]
+    pcts = [100 * factor * c / t for c, t in zip(row["copy_times_us"], row["times_us"])]
+    assert row["pct_copy"] == pytest.approx(statistics.median(pcts)), what
+    assert row["copy_gbps"] == pytest.approx(
+        row["bytes"] / statistics.median(row["copy_times_us"]) / 1e3), what
+    # one local copy beats a collective between processes (at most by a little
+    # more the other way where a rank moves only part of S: reduce-scatter)
+    assert 0 < row["pct_copy"] < 200, what
 
 
 def test_all_reduce_checked_rows(tmp_path):
@@ -121,6 +154,7 @@ def test_all_reduce_checked_rows(tmp_path):
                "--json", str(out))
     res = json.loads(out.read_text())
     _check_result(res, "all_reduce", 2)
+    assert res["repeat"] == 3  # the default
     assert [r["bytes"] for r in res["rows"]] == [8, 64, 512, 4096, 32768]
     for r in res["rows"]:  # all_reduce: busbw = algbw * 2(n-1)/n = algbw at n=2
         assert r["busbw"] == pytest.approx(r["algbw"])
@@ -132,6 +166,8 @@ def test_all_reduce_checked_rows(tmp_path):
     assert len(heads) == 1 and "in-place" in heads[0], p.stdout
     names = p.stdout.splitlines()[p.stdout.splitlines().index(heads[0]) + 1].split()
     assert names.count("time") == 2 and names.count("#wrong") == 2, names
+    assert names[-2:] == ["ratio", "%cpy"], names
+    assert "median over rounds" in p.stdout, p.stdout
     md = summary.table([res], None)
     assert "in-place time (us)" in md and md.count("\n| all_reduce |") == 5, md
 
@@ -139,8 +175,9 @@ def test_all_reduce_checked_rows(tmp_path):
 def test_all_collectives_three_ranks(tmp_path):
     out = tmp_path / "all.json"
     _bench(3, "all", "-b", "1K", "-e", "16K", "-f", "16", "-n", "3", "-w", "1",
-           "--check", "--json", str(out))
+           "--repeat", "1", "--check", "--json", str(out))
     results = json.loads(out.read_text())
+    assert {r["repeat"] for r in results} == {1}
     names = [r["collective"] for r in results]
     assert names == ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                      "all_to_all", "gather", "scatter", "barrier"]
@@ -155,6 +192,33 @@ def test_all_collectives_three_ranks(tmp_path):
     md = summary.table(results, None)
     gather = [ln for ln in md.splitlines() if ln.startswith("| gather |")]
     assert len(gather) == 2 and all("| n/a | n/a |" in ln for ln in gather), md
+
+
+def test_two_rounds_and_two_algorithms(tmp_path):
+    """--repeat 2 with two algorithms: two figures of each call a row, one MPI
+    series timed in the same rounds for both rows, the ratio the mean of the
+    two rounds' ratios (the median of two)."""
+    out = tmp_path / "ar.json"
+    _bench(2, "all_reduce", "-b", "4K", "-e", "64K", "-f", "16", "-n", "5", "-w", "1",
+           "--repeat", "2", "--algorithm", "all", "--check", "--json", str(out))
+    res = json.loads(out.read_text())
+    _check_result(res, "all_reduce", 2)
+    assert res["repeat"] == 2
+    by_size: dict = {}
+    for r in res["rows"]:
+        assert r["iters"] == 5 and len(r["ratios"]) == 2, r
+        assert r["ratio"] == pytest.approx(sum(r["ratios"]) / 2), r
+        by_size.setdefault(r["bytes"], []).append(r)
+    for rows in by_size.values():
+        assert len(rows) > 1 and len({tuple(r["mpi_times_us"]) for r in rows}) == 1, rows
+        assert len({tuple(r["copy_times_us"]) for r in rows}) == 1, rows
+
+
+def test_repeat_must_be_positive():
+    from bench import cli
+    with pytest.raises(SystemExit) as e:
+        cli.parse_args(["all_reduce", "--repeat", "0"], 1, 2)
+    assert e.value.code == 2
 
 
 def test_bfloat16_checked_against_a_user_defined_mpi_op(tmp_path):
@@ -221,5 +285,7 @@ def test_probes_print_their_figures():
     assert len(lines) == 2 and all("two_shot" in ln and "MPI" in ln for ln in lines), p.stdout
     p = _bench(2, "latency", module="bench.probe")
     assert "MPI_Allreduce" in p.stdout and "ep.exchange" in p.stdout, p.stdout
+    p = _bench(2, "small", "8", "--reps", "1", "--iters", "100", module="bench.probe")
+    assert "N=2 all_reduce     8 B" in p.stdout and "python" in p.stdout, p.stdout
     p = _bench(2, "coherence", module="bench.probe")
     assert p.stdout.count("GB/s") == 2, p.stdout

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _futex
 from .errors import CollectiveError, mismatched
-from .shm_segment import EXCHANGED, MASK, XMETA_CALL, XMETA_KEY
+from .shm_segment import DOORBELL, EXCHANGED, MASK, SLEEPING, XMETA_CALL, XMETA_KEY
 
 if TYPE_CHECKING:
     from .shm import ShmTransport
@@ -43,6 +43,20 @@ class Exchange:
         self.peer_meta = [[lay.xmeta(p, b) for p in peers] for b in (0, 1)]
         # the call's and the call size's words after the bytes' word
         self.call, self.size_at = XMETA_CALL // 8, XMETA_KEY // 8
+        self.plan = self._plan()
+
+    def _plan(self) -> np.ndarray:
+        """Where a compiled exchange (``fused``) finds the words and buffers:
+        the segment's address, the exchange buffer's bytes, N, this rank, and
+        per rank its doorbell and coll SLEEPING flag (u32 indices), its
+        exchanged word and its two buffers' (bytes, call, call size) words
+        (i64 indices), and its two buffers (byte offsets)."""
+        t, lay = self.t, self.t.layout
+        words = [t.addr, t.xchg_bytes, t.size, self.rank]
+        for r in range(t.size):
+            words += [lay.u32(r, DOORBELL), lay.u32(r, SLEEPING), lay.i64(r, EXCHANGED),
+                      lay.xmeta(r, 0), lay.xmeta(r, 1), lay.xchg(r, 0), lay.xchg(r, 1)]
+        return np.array(words, np.int64)
 
     def release(self) -> None:
         self.last, self.staged = (None, -1), None  # views of the segment
@@ -111,6 +125,34 @@ class Exchange:
                 break
         else:
             self._wait(k, block)
+        self._check(par, nb, root, tag, key)
+        return views
+
+    def fused(self, reduce: Callable, x: np.ndarray, out: np.ndarray, tag: int, key: int,
+              block: Callable) -> list[np.ndarray] | None:
+        """Exchange ``x`` (at most xchg_bytes, every rank's whole contribution)
+        as run() does, through ``reduce(plan, x, out, k, tag, key)``: a compiled
+        call (collectives/_kernels.c, exchange_reduce) that copies, publishes,
+        rings, looks for the peers a bounded number of times, checks their
+        words and reduces the N buffers into ``out`` in rank order.  Returns
+        None where it did all that; else, where a peer was late or published
+        other words, the N views after this waits like any call and checks
+        the words (raising run()'s errors), for the caller to reduce."""
+        t = self.t
+        t.xchg_seq = k = t.xchg_seq + 1
+        self.staged = None
+        code = reduce(self.plan, x, out, k, tag, key)
+        if code == 0:
+            return None
+        if code == 1:  # a peer is late
+            self._wait(k, block)
+        self._check(k & 1, x.nbytes, None, tag, key)
+        return t.xchg_views(k, x.dtype, x.nbytes)
+
+    def _check(self, par: int, nb: int, root: int | None, tag: int, key: int) -> None:
+        """Raise where a peer published other bytes, call or call size in
+        buffer ``par`` than this rank expects."""
+        q, call, kw, me = self.t.q64, self.call, self.size_at, self.rank
         for p, i in zip(self.peers, self.peer_meta[par]):
             want = nb if root is None or root == p else 0
             if q[i] != want or q[i + call] != tag or q[i + kw] != key:
@@ -120,7 +162,6 @@ class Exchange:
                     f"mismatched collectives: rank {p} contributed {q[i]} bytes to call "
                     f"#{q[i + call]} where rank {me} expects {want} bytes in call #{tag}",
                     ranks=[p])
-        return views
 
     def _wait(self, k: int, block: Callable) -> None:
         """Wait like any call until every peer has published exchange ``k``."""

@@ -391,6 +391,17 @@ class ShmEndpoint(Endpoint):
         staged = self.xchg.stage(count, like) if self.xchg is not None else None
         return super().stage(count, like) if staged is None else staged
 
+    def exchange_reduce(self, x: np.ndarray, out: np.ndarray, reduce) -> list[np.ndarray] | None:
+        """``exchange(x)`` with the reduction into ``out`` fused in by the
+        compiled ``reduce`` (``Exchange.fused``): None where ``out`` holds the
+        result, else the N contributions to reduce.  ``x`` fits the exchange
+        buffer.  Counts the bytes as exchange() does."""
+        views = self.xchg.fused(reduce, x, out, self.tag, self.key, self.block)
+        nb = x.nbytes * (self.size - 1)
+        self.sent_bytes += nb
+        self.recv_bytes += nb
+        return views
+
     def exchange(self, buf, root: int | None = None, sent: int | None = None,
                  recv: int | None = None) -> list[np.ndarray]:
         """One copy into this rank's exchange buffer and direct reads of the
