@@ -20,8 +20,12 @@ test: venv
 bench: venv
 	$(MPIEXEC) -n 4 $(PY) -m bench all_reduce --transport shm -b 8 -e 64M -f 2 --check
 
+# every collective at N = 2 and 4, on plain arrays and on communicator-allocated
+# ones (--alloc comm), 1 KiB to 64 MiB
 bench-all: venv
-	$(MPIEXEC) -n 4 $(PY) -m bench all -b 1K -e 16M -f 4 --check
+	for n in 2 4; do for alloc in numpy comm; do \
+	  $(MPIEXEC) -n $$n $(PY) -m bench all -b 1K -e 64M -f 4 --check --alloc $$alloc || exit 1; \
+	done; done
 
 # all_reduce on 2 emulated hosts of 2 ranks each (an MPMD launch, one
 # COLLECTIVES_HOST per host): hier beside the flat mpi transport and MPI's own

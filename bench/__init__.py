@@ -45,6 +45,10 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   call is the largest, over ranks, of each rank's average time per call of a
   loop of ``iters`` calls that starts after a barrier.  ``time`` (and
   ``mpi_time``) is the median of the R rounds' figures.
+* Buffers (``--alloc``): ours are plain numpy arrays (``numpy``, the
+  default) or communicator-allocated ones (``comm``: ``comm.empty``, the
+  same values; on ``shm`` the peers read them in place); the baseline's are
+  plain arrays either way.
 * ``algbw = S / time`` and ``busbw = algbw * factor``, in GB/s (1e9 bytes/s).
 * ``#wrong`` (with ``--check``) is the number of result elements, summed over
   ranks, that differ from a numpy reference (integers and moved data

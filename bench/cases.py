@@ -128,6 +128,22 @@ class Case:
                 if isinstance(v, np.ndarray):
                     setattr(self, k, cupy.asarray(v))
 
+    def in_regions(self) -> None:
+        """Move our buffers (x, out, buf, ip; MPI's keep theirs) into
+        communicator-allocated arrays (``comm.empty``), the same values:
+        collective, so every rank allocates each buffer that any rank has,
+        in the same order, and drops it where it has none (a non-root's)."""
+        for k in ("x", "out", "buf", "ip"):
+            v = getattr(self, k, None)
+            mine = v.shape if isinstance(v, np.ndarray) else None
+            shapes = [s for s in self.mpicomm.allgather(mine) if s is not None]
+            if not shapes:
+                continue
+            r = self.comm.empty(shapes[0], self.dtype)
+            if mine is not None:
+                r[...] = v
+                setattr(self, k, r)
+
     def baseline(self, nccl=None) -> Optional[Call]:
         """NCCL's collective on our CuPy buffers where ``nccl`` is given (None
         where NCCL has no such call or dtype), else MPI's on the host buffers."""

@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", default="auto", choices=("auto", "shm", "mpi", "hier", "cuda"),
                    help="transport of the library (default auto); cuda measures CuPy "
                         "buffers, against NCCL where it can be had (else MPI on host buffers)")
+    p.add_argument("--alloc", default="numpy", choices=("numpy", "comm"),
+                   help="our buffers: plain numpy arrays (default) or communicator-allocated "
+                        "ones (comm.empty: on shm the peers read them in place); MPI's stay "
+                        "plain")
     p.add_argument("--algorithm", default=None,
                    help="force one of comm.algorithms(collective), or 'all' for a row "
                         "per algorithm (default: the library's choice)")
@@ -155,7 +159,7 @@ def _settings(a: argparse.Namespace, algs: list[Optional[str]]):
     return Settings(sizes=a.sizes, dtype=a.dtype, op=a.op, root=a.root, algorithms=algs,
                     iters=a.iters, warmup=a.warmup_iters if given else DEFAULT_WARMUP,
                     warmup_given=given, budget_s=a.budget, check=a.check,
-                    repeat=a.repeat)
+                    repeat=a.repeat, alloc=a.alloc)
 
 
 def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, table,
@@ -243,7 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     f"{timing.MIN_ITERS}..{timing.MAX_ITERS} a round)",
                     warmup=str(a.warmup_iters) if a.warmup_iters is not None
                     else f"{DEFAULT_WARMUP} (0.02..0.2 s)", check=a.check,
-                    repeat=a.repeat)
+                    repeat=a.repeat, alloc=a.alloc)
             nccl = None
             if a.transport == "cuda":
                 nccl, why = gpu.nccl_baseline(mpicomm)

@@ -65,7 +65,7 @@ class Table:
         print(line, file=self.out, flush=True)
 
     def preamble(self, memcpy_gbps: float, iters: str, warmup: str, check: bool,
-                 repeat: int) -> None:
+                 repeat: int, alloc: str = "numpy") -> None:
         """The lines that hold for every collective of the run."""
         self._print(f"# memcpy bandwidth (1 core, np.copyto of 64 MiB): {memcpy_gbps:.2f} GB/s")
         self._print(f"# iters: {iters}  warmup: {warmup}  check: {'yes' if check else 'no'}"
@@ -75,6 +75,9 @@ class Table:
         self._print("# ratio: median over rounds of baseline time / our time out of place "
                     "(> 1: ours faster);  %cpy: median over rounds of busbw / the bandwidth "
                     "of np.copyto of the message's bytes, every rank at once")
+        if alloc == "comm":
+            self._print("# our buffers: communicator-allocated (comm.empty); the baseline's: "
+                        "plain numpy arrays")
         self._print("#")
 
     def header(self, res: Result, requested_transport: str,

@@ -136,6 +136,8 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
     clock = Clock(mpicomm)
     for nbytes in effective_sizes(name, s.sizes, comm.size, s.dtype):
         case = CASES[name](comm, mpicomm, nbytes, s.dtype, s.op, s.root)
+        if s.alloc == "comm":
+            case.in_regions()
         calls: dict = {}
         for alg in s.algorithms:
             calls["out", alg] = case.ours(alg)

@@ -41,6 +41,7 @@ class Settings:
     budget_s: float                   # timed loop per call and size, all rounds together
     check: bool
     repeat: int = 3                   # rounds
+    alloc: str = "numpy"              # our buffers: "numpy", or "comm" (comm.empty)
 
 
 @dataclasses.dataclass
