@@ -214,6 +214,18 @@ def test_two_rounds_and_two_algorithms(tmp_path):
         assert len({tuple(r["copy_times_us"]) for r in rows}) == 1, rows
 
 
+def test_communicator_allocated_buffers(tmp_path):
+    """--alloc comm: every collective on comm.empty buffers, checked, at sizes
+    where the defaults and every algorithm (in_place and one_copy among
+    them) read the peers' arrays from their mappings."""
+    out = tmp_path / "comm.json"
+    p = _bench(3, "all", "-b", "4K", "-e", "12M", "-f", "48", "-n", "2", "-w", "1",
+               "--repeat", "1", "--check", "--alloc", "comm", "--json", str(out))
+    assert "communicator-allocated (comm.empty)" in p.stdout
+    for res in json.loads(out.read_text()):
+        _check_result(res, res["collective"], 3)
+
+
 def test_repeat_must_be_positive():
     from bench import cli
     with pytest.raises(SystemExit) as e:
