@@ -53,7 +53,9 @@ def key_modulus(tag_ub: int) -> int:
     return 0
 
 
-_ABANDONED: list = []  # receives that _drain gave up on, with the buffers MPI may still fill
+# receives that _drain gave up on, and sends a failed call left behind, with
+# the buffers MPI may still fill or read
+_ABANDONED: list = []
 
 
 def _drain(comm, patience: float = 0.2) -> None:
@@ -177,6 +179,7 @@ class _Req(Request):
         if not ok:
             return False
         self.finished = True
+        ep.live.discard(self)
         remote = ep.t.remote[self.peer]
         if self.sending:
             ep.sent_bytes += self.nbytes
@@ -211,9 +214,31 @@ class MpiEndpoint(Endpoint):
         self.modulus = modulus
         self.coll = what == "collective"
         self._pool: list[np.ndarray] = []  # receive-and-reduce buffers to reuse
+        # requests posted and not yet completed: a call that fails leaves some
+        # behind, and MPI may still fill or read their buffers, so they stay
+        # referenced here until free() settles them
+        self.live: set = set()
 
     def free(self) -> None:
+        self._settle()
         self.comm = _free(self.comm, self.t.lock)
+
+    def _settle(self) -> None:
+        """Cancel the receives a failed call left posted, and keep whatever
+        MPI may still touch alive for good: MPICH reuses a freed
+        communicator's context, and a stale receive matched by a later
+        communicator's message would write into freed memory."""
+        with self.t.lock:
+            for r in self.live:
+                if not r.sending:
+                    try:
+                        r.mpi.Cancel()
+                        r.mpi.Wait()
+                        continue
+                    except MPI.Exception:
+                        pass
+                _ABANDONED.append((r.mpi, r.scratch, r.acc))
+        self.live.clear()
 
     def _tag(self, tag):
         if tag is not None:
@@ -232,7 +257,9 @@ class MpiEndpoint(Endpoint):
         b = as_bytes(buf)
         with self.t.lock:
             req = start([b, MPI.BYTE], peer, self._tag(tag))
-        return _Req(self, req, peer, b.nbytes, sending, acc, op, buf)
+        r = _Req(self, req, peer, b.nbytes, sending, acc, op, buf)
+        self.live.add(r)
+        return r
 
     def isend(self, buf, peer, tag=None) -> Request:
         return self._post(self.comm.Isend, buf, peer, tag, True)
