@@ -50,7 +50,7 @@ test-mismatch: venv
 # the whole conformance suite on every emulated layout of hosts (make test
 # runs it in full on 2x2 and samples the others; tests/test_hosts.py)
 test-hosts: venv
-	HOSTS_ALL=1 $(PY) -m pytest -q tests/test_hosts.py
+	HOSTS_ALL=1 $(PY) -m pytest -q tests/test_hosts.py tests/test_hosts_faults.py
 
 # not part of make test: plant each bug of tests/mutant_list.py in a copy of
 # the tree and run the tests meant to catch it (docs/testing.md, "Mutants")

@@ -126,7 +126,7 @@ def test_late_rank_times_out(transport, n):
 @pytest.mark.parametrize("calls", ["all_reduce", "p2p",
                                    "broadcast,reduce,all_gather,reduce_scatter,all_to_all,barrier"])
 @pytest.mark.parametrize("transport", ["shm", "mpi"])
-@pytest.mark.parametrize("n", [2, 4, 7])
+@pytest.mark.parametrize("n", [2, 5])
 def test_killed_rank(transport, n, calls):
     _survivors_fail(fault_job(n, "kill", transport, [calls]), n, transport, calls)
 
