@@ -15,7 +15,7 @@ from transports import Endpoint
 
 from . import ring as _ring
 from .arrays import address
-from .one_copy import IN_PLACE_MOVE_BYTES, one_copy_only, read_all, regions_or_staged
+from .one_copy import one_copy_only, read_all, regions_or_staged
 from .ranks import chunks
 
 
@@ -96,6 +96,4 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
     other's memory, one copy once the output outgrows the caches."""
     if one_copy and size * nbytes >= ONE_COPY_BYTES:
         return "one_copy"
-    if one_copy and nbytes >= IN_PLACE_MOVE_BYTES:
-        return "in_place"
     return "direct" if nbytes <= 32 * 1024 or (shared and size > 2) else "ring"

@@ -13,7 +13,7 @@ import numpy as np
 
 from transports import Endpoint
 
-from .one_copy import IN_PLACE_MOVE_BYTES, one_copy_only, read_all, regions_or_staged
+from .one_copy import one_copy_only, read_all, regions_or_staged
 from .ranks import chunks, peer_index
 
 
@@ -109,8 +109,6 @@ ONE_COPY_BYTES = 32 << 20
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if one_copy and size * nbytes >= ONE_COPY_BYTES:
         return "one_copy"
-    if one_copy and nbytes >= IN_PLACE_MOVE_BYTES:
-        return "in_place"
     if shared:  # measured: docs/performance.md
         return "direct"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"

@@ -23,13 +23,6 @@ CHUNK_BYTES = 256 * 1024  # of each peer's piece per step of a reduction
 # peers' mappings (measured faster at 16 and 64 MiB: performance.md), on
 # others it costs one publication more than the staged choice
 IN_PLACE_BYTES = 16 << 20
-# all_gather and all_to_all take ``in_place`` from this many bytes (the size
-# their choosers get) where one-copy is offered: reading a peer's mapping
-# beats the staged copies from 1 MiB on, but on plain arrays the publication
-# that decides costs up to 1.5x the staged call at 1 MiB and a few percent
-# from 4 MiB (performance.md, "Regions").  broadcast's staged path is so
-# quick below the caches that its ``in_place`` is never the default.
-IN_PLACE_MOVE_BYTES = 4 << 20
 
 
 def one_copy_only(fn: Callable) -> Callable:
