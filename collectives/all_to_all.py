@@ -104,11 +104,18 @@ ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_cop
 
 # one_copy from N * S of this many bytes (docs/performance.md)
 ONE_COPY_BYTES = 32 << 20
+# in_place from S of this many bytes, below one_copy's
+IN_PLACE_BYTES = 4 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if one_copy and size * nbytes >= ONE_COPY_BYTES:
         return "one_copy"
+    if one_copy and nbytes >= IN_PLACE_BYTES:
+        # on communicator-allocated arrays 1.5-1.7x MPICH at 4 MiB where
+        # direct gave 0.9-1.1x; on plain arrays the deciding publication
+        # costs 0.71x against direct's 0.77-0.92x (performance.md)
+        return "in_place"
     if shared:  # measured: docs/performance.md
         return "direct"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"
