@@ -143,6 +143,12 @@ def inject(comm, after: int) -> None:
             setattr(ep, name, fail)
 
 
+def _stacks() -> str:
+    import traceback
+    return "\n".join(f"thread {t}:\n" + "".join(traceback.format_stack(f))
+                     for t, f in sys._current_frames().items())[-6000:]
+
+
 def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") -> None:
     # The launcher signals the survivors of a death (hydra: SIGUSR1, gforker:
     # SIGINT/SIGQUIT): ignore those so that the library's own detection is
@@ -155,6 +161,12 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
     r, n = comm.rank, comm.size
     write(outdir, r, state="started")
     t0 = time.monotonic()
+    # a rank still inside the scenario well past its timeout reports where it
+    # is (every thread's stack), so that a hang shows in the test's message
+    watchdog = threading.Timer(timeout + 10, lambda: write(outdir, r, state="hung",
+                                                          stacks=_stacks()))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         if scenario == "late":
             comm.barrier()
@@ -208,6 +220,12 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
         write(outdir, r, state="error", error=type(e).__name__, message=str(e),
               call=e.call, ranks=e.ranks, seconds=time.monotonic() - t0,
               timeout_error=isinstance(e, TimeoutError))
+    except BaseException as e:  # anything else is a bug: say which, then leave
+        import traceback
+        write(outdir, r, state="crashed", error=type(e).__name__, message=str(e),
+              traceback=traceback.format_exc()[-3000:])
+        os._exit(3)
+    watchdog.cancel()
     skip = {1} if scenario in ("kill", "raise", "trainer") else set() if scenario == "slow" \
         else {n - 1}
     linger(outdir, n, skip=skip)

@@ -27,6 +27,13 @@ def test_regions_on_shm(n):
     job("calls,alloc", "shm", n)
 
 
+@pytest.mark.parametrize("n", [5, 6, 7, 8])
+def test_collectives_on_regions_in_larger_worlds(n):
+    """Every collective and algorithm on regions at N = 5..8 (the allocation
+    checks run at N = 1..4 above)."""
+    job("calls", "shm", n)
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_plain_arrays_on_mpi(n):
     job("calls,alloc", "mpi", n)
