@@ -156,6 +156,11 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
     if scenario != "uncaught":
         for sig in (signal.SIGUSR1, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
+    # a survivor that dies of a signal leaves its stack here (test_faults
+    # shows it)
+    import faulthandler
+    crash = open(os.path.join(outdir, f"crash{os.environ.get('PMI_RANK', os.getpid())}.txt"), "w")
+    faulthandler.enable(file=crash)
     timeout = {"uncaught": 60, "slow": SLOW_TIMEOUT}.get(scenario, TIMEOUT)
     comm = cc.init(transport=transport, timeout=timeout)
     r, n = comm.rank, comm.size
