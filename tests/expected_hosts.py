@@ -33,6 +33,9 @@ def expected_inter(call: str, alg: str, host_of: list[int], r: int, S: int,
     if call == "all_reduce" and alg == "hier_slices":
         x = F(2 * (H - 1), H) * F(S, L)
         return x, x
+    if call == "all_reduce" and alg == "hier_mirror":  # every rank as a leader
+        inner = all_reduce.choose(S, H, False)
+        return expected(call, inner, h, H, S, shared=False)
     leaders = {"all_reduce": all_reduce, "broadcast": broadcast, "reduce": reduce}
     if call in leaders:  # the flat chooser's algorithm among the H leaders
         if not lead:

@@ -169,7 +169,8 @@ def main(out: str) -> None:
                     c.expect("hier" in str(e), f"hier_leader on mpi: {e}")
                 continue
             equal = len({host_of.count(h) for h in range(hosts)}) == 1
-            c.expect(("hier_slices" in hier_algs) == equal and "hier_leader" in hier_algs,
+            c.expect(("hier_slices" in hier_algs) == equal == ("hier_mirror" in hier_algs)
+                     and "hier_leader" in hier_algs,
                      f"hier all_reduce algorithms {hier_algs} on {hosts_env}")
             check_traffic(c, comm, host_of)
             for color, key in ((comm.rank % 2, -comm.rank), (comm.host, comm.rank)):

@@ -76,12 +76,16 @@ def test_layout_arithmetic_and_choice():
     assert h.remote == [False, True, False, True] and h.members(1) == [1, 3]
     odd = Hosts(3, number(list("aabc")), (0,) * 4, (True,) * 4)
     assert (odd.hosts, odd.host, odd.local_rank, odd.local_size, odd.equal) == (3, 2, 0, 1, False)
-    assert "hier_slices" not in offered(False, hosts=odd)["all_reduce"]
-    assert "hier_slices" in offered(False, hosts=h)["all_reduce"]
+    for alg in ("hier_slices", "hier_mirror"):  # equal hosts only
+        assert alg not in offered(False, hosts=odd)["all_reduce"]
+        assert alg in offered(False, hosts=h)["all_reduce"]
     assert not any(a.startswith("hier") for a in offered(True)["all_reduce"])
     assert choose("all_reduce", 1 << 20, 4, False, hosts=h) == "hier_slices"
     assert choose("all_reduce", 1 << 20, 4, False, hosts=odd) == "hier_leader"
-    assert choose("all_reduce", 8, 4, False, hosts=h) == "hier_leader"
+    assert choose("all_reduce", 8, 4, False, hosts=h) == "hier_mirror"
+    assert choose("all_reduce", 8, 4, False, hosts=odd) == "hier_leader"
+    one = Hosts(1, number(list("abcd")), (0,) * 4, (True,) * 4)  # one rank a host
+    assert choose("all_reduce", 8, 4, False, hosts=one) == "hier_leader"
     assert choose("broadcast", 8, 4, False, hosts=h) == "hier"
     assert choose("gather", 8, 4, False, hosts=h) == "binomial"
     cmd = command("aabc", ["p.py"])
