@@ -20,7 +20,8 @@
 #error "collectives._kernels needs GCC or clang (vector extensions); the library falls back to numpy"
 #endif
 
-/* x86-64, where SSE2 is the baseline, picks among SSE2, AVX2 and AVX-512;
+/* x86-64, where SSE2 is the baseline, picks among SSE2, AVX2, AVX-512 and
+ * AVX-512 with AVX512_BF16 (the processor's bfloat16 rounding, else the same);
  * everything else builds the portable loops alone, as -DCOLLECTIVES_KERNELS_GENERIC
  * does on x86-64 (to test them there) */
 #if defined(__x86_64__) && !defined(COLLECTIVES_KERNELS_GENERIC)
@@ -100,41 +101,62 @@ struct isa {
 #define TARGET
 #define HALF HALF_INTEGER
 #define NT_BITS 128
+#define BF16_HW 0
 #include "_kernels_body.h"
 #undef SFX
 #undef VB
 #undef TARGET
 #undef HALF
 #undef NT_BITS
+#undef BF16_HW
 
 #define SFX avx2
 #define VB 32
 #define TARGET __attribute__((target("avx2,f16c")))
 #define HALF HALF_F16C
 #define NT_BITS 256
+#define BF16_HW 0
 #include "_kernels_body.h"
 #undef SFX
 #undef VB
 #undef TARGET
 #undef HALF
 #undef NT_BITS
+#undef BF16_HW
 
 #define SFX avx512
 #define VB 64
 #define TARGET __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define HALF HALF_AVX512
 #define NT_BITS 512
+#define BF16_HW 0
 #include "_kernels_body.h"
 #undef SFX
 #undef VB
 #undef TARGET
 #undef HALF
 #undef NT_BITS
+#undef BF16_HW
+
+#define SFX avx512bf16
+#define VB 64
+#define TARGET __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+#define HALF HALF_AVX512
+#define NT_BITS 512
+#define BF16_HW 1
+#include "_kernels_body.h"
+#undef SFX
+#undef VB
+#undef TARGET
+#undef HALF
+#undef NT_BITS
+#undef BF16_HW
 
 static const struct isa ISAS[] = {
     {"sse2", table_sse2, copy_sse2},
     {"avx2", table_avx2, copy_avx2},
     {"avx512", table_avx512, copy_avx512},
+    {"avx512bf16", table_avx512bf16, copy_avx512bf16},
 };
 
 static int best_isa(void)
@@ -143,7 +165,7 @@ static int best_isa(void)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
-        return 2;
+        return __builtin_cpu_supports("avx512bf16") ? 3 : 2;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
         return 1;
     return 0;
@@ -154,12 +176,14 @@ static int best_isa(void)
 #define TARGET
 #define HALF HALF_INTEGER
 #define NT_BITS 0
+#define BF16_HW 0
 #include "_kernels_body.h"
 #undef SFX
 #undef VB
 #undef TARGET
 #undef HALF
 #undef NT_BITS
+#undef BF16_HW
 
 static const struct isa ISAS[] = {{"generic", table_generic, copy_generic}};
 

@@ -5,6 +5,7 @@
  *   VB      its vector register's width in bytes: 16, 32 or 64
  *   HALF    how float16 converts: HALF_INTEGER, HALF_F16C or HALF_AVX512
  *   NT_BITS the widest streaming store: 0 (none), 128, 256 or 512
+ *   BF16_HW 1 where the processor rounds float32 to bfloat16 (AVX512_BF16)
  * Everything computes on GCC vectors of one register (vf32, vi8, ...), the
  * same source for every instruction set.  (Vectors wider than the register
  * would be split by the compiler, but GCC 12 turns a split comparison into
@@ -136,6 +137,31 @@ static inline TARGET ALWAYS V(u32) FN(bf16_round)(V(f32) x)
     return (r & ~nan) | (q & nan);
 }
 
+#if BF16_HW
+/* The processor rounds to nearest even too (VCVTNEPS2BF16), but reads a
+ * subnormal float32 as zero and keeps a NaN's payload: a block with either
+ * (one VFPCLASSPS a vector tells) takes the integer rounding above, so the
+ * bits are those of every other path. */
+static inline TARGET ALWAYS void FN(bf16_store)(char *p, const V(f32) *x, int nt)
+{
+    enum { NAN_OR_SUBNORMAL = 0x01 | 0x80 | 0x20 }; /* quiet NaN, signalling NaN, denormal */
+    V(u32) w;
+    if (__builtin_expect(!(_mm512_fpclass_ps_mask((__m512)x[0], NAN_OR_SUBNORMAL) |
+                           _mm512_fpclass_ps_mask((__m512)x[1], NAN_OR_SUBNORMAL)), 1)) {
+        __m512i even = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh((__m512)x[0]));
+        __m512i odd = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh((__m512)x[1]));
+        w = (V(u32))_mm512_or_si512(even, _mm512_slli_epi32(odd, 16));
+    } else {
+        w = FN(bf16_round)(x[0]) | (FN(bf16_round)(x[1]) << 16);
+    }
+    FN(put)(p, &w, VB, nt);
+}
+#define STORE_BF16(p, x, nt) FN(bf16_store)((p), (x), (nt))
+#else
+#define STORE_BF16(p, x, nt) ({ V(u32) w_ = FN(bf16_round)((x)[0]) | (FN(bf16_round)((x)[1]) << 16); \
+                                FN(put)((p), &w_, VB, (nt)); })
+#endif
+
 /* How each kind loads a unit of memory (UNIT_KIND bytes) into VECS_KIND
  * vectors x, and stores them back */
 #define UNIT_PLAIN VB
@@ -145,8 +171,6 @@ static inline TARGET ALWAYS V(u32) FN(bf16_round)(V(f32) x)
 #define UNIT_BF16 VB
 #define VECS_BF16 2
 #define LOAD_BF16(x, p) FN(bf16_load)((x), (p))
-#define STORE_BF16(p, x, nt) ({ V(u32) w_ = FN(bf16_round)((x)[0]) | (FN(bf16_round)((x)[1]) << 16); \
-                                FN(put)((p), &w_, VB, (nt)); })
 #if HALF == HALF_INTEGER
 #define UNIT_F16 VB
 #define VECS_F16 2

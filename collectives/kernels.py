@@ -30,7 +30,7 @@ divided by numpy afterwards.
 Outputs of ``stream_bytes`` and more are written with streaming stores; by
 default that is ``streaming.STREAM_BYTES`` (``COLLECTIVES_STREAM_BYTES``, 8
 MiB; collectives/streaming.py says why).  ``COLLECTIVES_KERNELS_ISA=sse2``
-(``avx2``, ``avx512``) caps the instruction set, for tests; ``use()`` picks
+(``avx2``, ``avx512``, ``avx512bf16``) caps the instruction set, for tests; ``use()`` picks
 a path at run time.
 """
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _use_from_env() -> None:
 
 # how capable each path is: "generic" (the portable loops, on processors
 # that are not x86) stands where SSE2 does
-_RANK = {"numpy": 0, "generic": 1, "sse2": 1, "avx2": 2, "avx512": 3}
+_RANK = {"numpy": 0, "generic": 1, "sse2": 1, "avx2": 2, "avx512": 3, "avx512bf16": 4}
 
 
 def capped(cap: str) -> str:

@@ -285,9 +285,13 @@ def test_paths_and_their_switches(monkeypatch):
         monkeypatch.setenv("COLLECTIVES_KERNELS_ISA", cap)
         kernels._use_from_env()
         assert kernels.isa() == cap
-    monkeypatch.setenv("COLLECTIVES_KERNELS_ISA", "avx512")
+    monkeypatch.setenv("COLLECTIVES_KERNELS_ISA", "avx512bf16")
     kernels._use_from_env()
     assert kernels.isa() == PATHS[-1]  # a cap over the processor's best is its best
+    if "avx512bf16" in PATHS:  # a cap below it takes the best under the cap
+        monkeypatch.setenv("COLLECTIVES_KERNELS_ISA", "avx512")
+        kernels._use_from_env()
+        assert kernels.isa() == "avx512"
     monkeypatch.setenv("COLLECTIVES_KERNELS_ISA", "mmx")
     with pytest.raises(ValueError):
         kernels._use_from_env()
@@ -301,7 +305,9 @@ def test_the_processor_features_are_found():
     if "sse2" not in PATHS:
         pytest.skip("not an x86 build of the extension")
     assert ({"avx2", "f16c"} <= flags) == ("avx2" in PATHS)
-    assert ({"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags) == ("avx512" in PATHS)
+    avx512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags
+    assert avx512 == ("avx512" in PATHS)
+    assert (avx512 and "avx512_bf16" in flags) == ("avx512bf16" in PATHS)
 
 
 def test_extension_is_built_where_there_is_a_compiler():
