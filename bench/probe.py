@@ -6,6 +6,7 @@
     mpiexec -n 4 python -m bench.probe share [--size 16M] [--reps R]   # reduction's share
     mpiexec -n N python -m bench.probe ab COLLECTIVE ALG[,ALG...] SIZE[,SIZE...] [--reps R]
     mpiexec -n N python -m bench.probe small [SIZE,...] [--reps R]   # the small all-reduce's two rounds
+    mpiexec -n N python -m bench.probe dtypes [SIZE,...] [--reps R]  # half types against float32
 
 ``ab`` times MPI's collective and each algorithm in turn, R times over, and
 prints the median of each: interleaving keeps a machine whose speed drifts
@@ -189,6 +190,32 @@ def small(comm, world, args) -> None:
                   f"MPI {float(np.median(res['MPI'])) * 1e6:6.2f} us", flush=True)
 
 
+def dtypes(comm, world, args) -> None:
+    from collectives.dtypes import BFLOAT16
+    names = ("float32", "float16", "bfloat16")
+    n = comm.size
+    for nbytes in args.sizes:
+        fns = {}
+        for name in names:
+            dt = BFLOAT16 if name == "bfloat16" else np.dtype(name)
+            x = np.random.default_rng(comm.rank).random(nbytes // dt.itemsize).astype(dt)
+            out = np.empty_like(x)
+            fns[name] = (lambda x=x, out=out: comm.all_reduce(x, out))
+        iters = max(3, min(200, int(0.1 / max(2e-6, nbytes / 3e9))))
+        res: dict = {k: [] for k in names}
+        for _ in range(args.reps):
+            for k, fn in fns.items():
+                res[k].append(_timed(world, fn, iters))
+        if comm.rank == 0:
+            bus = {k: [2 * (n - 1) / n * nbytes / t / 1e9 for t in v] for k, v in res.items()}
+            cells = []
+            for k in names:
+                r = np.median([b / f for b, f in zip(bus[k], bus["float32"])])
+                cells.append(f"{k} {np.median(bus[k]):6.2f} GB/s ({r:4.2f})")
+            alg = comm.choose_algorithm("all_reduce", nbytes)
+            print(f"N={n} all_reduce {nbytes:>9} B ({alg})  " + "  ".join(cells), flush=True)
+
+
 def main() -> None:
     from .cli import parse_size
     p = argparse.ArgumentParser(prog="python -m bench.probe", description=__doc__,
@@ -204,6 +231,10 @@ def main() -> None:
                     type=lambda s: [parse_size(v) for v in s.split(",")])
     sm.add_argument("--reps", type=int, default=5)
     sm.add_argument("--iters", type=int, default=5000)
+    dt = sub.add_parser("dtypes")
+    dt.add_argument("sizes", nargs="?", default=[1 << 20, 4 << 20, 16 << 20],
+                    type=lambda s: [parse_size(v) for v in s.split(",")])
+    dt.add_argument("--reps", type=int, default=7)
     a = sub.add_parser("ab")
     a.add_argument("collective")
     a.add_argument("algorithms")
@@ -214,7 +245,7 @@ def main() -> None:
     from mpi4py import MPI
     with cc.init("shm") as comm:
         {"coherence": coherence, "cma": cma, "latency": latency, "share": share, "ab": ab,
-         "small": small}[args.probe](
+         "small": small, "dtypes": dtypes}[args.probe](
             comm, MPI.COMM_WORLD, args)
 
 
