@@ -301,3 +301,5 @@ def test_probes_print_their_figures():
     assert "N=2 all_reduce     8 B" in p.stdout and "python" in p.stdout, p.stdout
     p = _bench(2, "coherence", module="bench.probe")
     assert p.stdout.count("GB/s") == 2, p.stdout
+    p = _bench(2, "dtypes", "64K", "--reps", "1", module="bench.probe")
+    assert "N=2 all_reduce     65536 B" in p.stdout and "bfloat16" in p.stdout, p.stdout
