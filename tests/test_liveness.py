@@ -1,7 +1,8 @@
 """The liveness check and the deadline that every wait in the transports
 uses (transports/base.py), in process: a process that has exited counts as
 dead even before it is reaped, a peer on another host is never checked,
-progress restarts the deadline, and a dead peer raises PeerFailure naming it."""
+progress restarts the deadline, and a dead peer raises PeerFailure naming it;
+and how long a shared-memory wait looks before it sleeps."""
 from __future__ import annotations
 
 import os
@@ -71,3 +72,22 @@ def test_a_dead_peer_is_a_peer_failure(zombie):
     with pytest.raises(PeerFailure, match=r"\[1\].*broadcast") as e:
         dl.check(live, lambda: [0, 1], lambda: [1], "broadcast")
     assert e.value.ranks == [1]
+
+
+def test_waits_look_long_only_where_every_rank_has_a_core(monkeypatch):
+    """COLLECTIVES_SPIN's default: many looks at the doorbell where the job's
+    ranks on this machine (the launcher's count, at least the segment's
+    size) are no more than the cores; few where they share cores."""
+    from transports import shm
+    monkeypatch.setattr(shm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    assert shm.default_spin(4) == shm.SPIN_OWN_CORES
+    assert shm.default_spin(5) == shm.SPIN_SHARED_CORES
+    monkeypatch.setenv("MPI_LOCALNRANKS", "8")  # an emulated 2 x 4 on one machine
+    assert shm.ranks_on_this_machine(4) == 8 and shm.default_spin(4) == shm.SPIN_SHARED_CORES
+    monkeypatch.delenv("MPI_LOCALNRANKS")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "3")
+    assert shm.ranks_on_this_machine(2) == 3 and shm.default_spin(2) == shm.SPIN_OWN_CORES
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "junk")
+    assert shm.ranks_on_this_machine(2) == 2
