@@ -153,7 +153,7 @@ SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear, "one_copy": s
 # one_copy where root's N blocks add up to this many bytes; gather at N = 2
 # from blocks of GATHER_TWO_BYTES (docs/performance.md)
 GATHER_ONE_COPY_BYTES = 16 << 20
-GATHER_TWO_BYTES = 32 << 20
+GATHER_TWO_BYTES = 16 << 20
 SCATTER_ONE_COPY_BYTES = 8 << 20
 
 
