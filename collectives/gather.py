@@ -150,18 +150,15 @@ GATHER = {"binomial": gather_binomial, "linear": gather_linear, "one_copy": gath
 SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear, "one_copy": scatter_one_copy}
 
 
-# one_copy where root's N blocks add up to this many bytes; gather at N = 2
-# from blocks of GATHER_TWO_BYTES (docs/performance.md)
+# one_copy where root's N blocks add up to this many bytes (docs/performance.md)
 GATHER_ONE_COPY_BYTES = 16 << 20
-GATHER_TWO_BYTES = 16 << 20
 SCATTER_ONE_COPY_BYTES = 8 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     """Gather, by the block size: small blocks gain from fewer messages at
     root; large ones, where the peers read each other's memory, from one copy."""
-    if one_copy and (nbytes >= GATHER_TWO_BYTES if size == 2
-                     else size * nbytes >= GATHER_ONE_COPY_BYTES):
+    if one_copy and size * nbytes >= GATHER_ONE_COPY_BYTES:
         return "one_copy"
     return _by_block(nbytes)
 
