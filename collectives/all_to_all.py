@@ -85,8 +85,12 @@ def _one_copy(ep: Endpoint, rem, out: np.ndarray) -> None:
 def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """``one_copy`` from the peers' mappings where every rank's ``x`` is a
     communicator-allocated array that ``out`` does not overlap (one that it
-    does is overwritten while the peers read it); else the staged choice
-    (one_copy.py's ``regions_or_staged``: the first publication decides)."""
+    does is overwritten while the peers read it); else, where no rank's
+    ``out`` overlaps its ``x``, ``one_copy`` from the same publication with
+    process_vm_readv (measured 0.84-0.98x MPICH at 4-8 MiB, N = 2, where
+    the staged ``direct`` gave 0.59-0.79x; N = 4: 0.92-1.06x against
+    0.84-0.90x); else the staged choice (one_copy.py's
+    ``regions_or_staged``: the first publication decides)."""
     if ep.size == 1:
         return one_copy(ep, x, out)
     staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
@@ -95,7 +99,8 @@ def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     def from_regions(rem):
         _prepare(ep, x, out)
         _one_copy(ep, rem, out)
-    regions_or_staged(ep, x if apart else None, from_regions, lambda: staged(ep, x, out))
+    regions_or_staged(ep, x if apart else None, from_regions, lambda: staged(ep, x, out),
+                      plain=from_regions)
 
 
 ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy,
@@ -113,8 +118,8 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
         return "one_copy"
     if one_copy and nbytes >= IN_PLACE_BYTES:
         # on communicator-allocated arrays 1.5-1.7x MPICH at 4 MiB where
-        # direct gave 0.9-1.1x; on plain arrays the deciding publication
-        # costs 0.71x against direct's 0.77-0.92x (performance.md)
+        # direct gave 0.9-1.1x; on plain arrays one copy from the same
+        # publication (in_place's docstring; performance.md)
         return "in_place"
     if shared:  # measured: docs/performance.md
         return "direct"

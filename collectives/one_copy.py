@@ -32,16 +32,21 @@ def one_copy_only(fn: Callable) -> Callable:
 
 
 def regions_or_staged(ep, src: np.ndarray | None, in_regions: Callable, staged: Callable,
-                      only: int | None = None) -> None:
+                      only: int | None = None, plain: Callable | None = None) -> None:
     """The ``in_place`` algorithms: publish ``src``; where every rank's source
     (``only``: rank ``only``'s alone) lies in a communicator-allocated array
     (``Remote.in_regions``: every rank answers alike), ``in_regions(rem)``
-    reads the peers' straight from this rank's mappings; else, once every
+    reads the peers' straight from this rank's mappings; else, where
+    ``plain`` is given and every rank published a source, ``plain(rem)``
+    reads them where they lie (process_vm_readv: one copy); else, once every
     peer has seen the answer too, ``staged()`` (the staged default), after a
     publication that moved nothing."""
     rem = ep.expose(src)
     if rem.in_regions(src, only):
         in_regions(rem)
+        return
+    if plain is not None and only is None and rem.published(src):
+        plain(rem)
         return
     rem.done()
     staged()

@@ -211,6 +211,17 @@ def calls(comm) -> None:
             seed += 1
             run(comm, call, alg, np.float32, 300_000, seed, "both")
     _pool.clear()
+    # all_to_all in_place on plain arrays: one copy by process_vm_readv where
+    # every rank's out is apart from its x; where one rank's is not (rank 0
+    # in place), every rank takes the staged path
+    if "in_place" in comm.algorithms("all_to_all"):
+        for mixed in (False, True):
+            seed += 1
+            x = make(np.float32, (n, 1000), r, seed)
+            want = np.stack([make(np.float32, (n, 1000), j, seed)[r] for j in range(n)])
+            o = x if (mixed and r == 0) else np.empty_like(x)
+            expect(comm.all_to_all(x, out=o, algorithm="in_place"), want,
+                   f"all_to_all/in_place plain, rank 0 in place: {mixed}, n={n}")
     # a non-blocking call on a region; an allocation waits for it first
     x = comm.zeros(100_000, np.float32)
     x += r + 1

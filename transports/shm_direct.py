@@ -119,6 +119,15 @@ class Remote:
                 return False
         return True
 
+    def published(self, own) -> bool:
+        """Whether every rank published a source (``own``: this rank's; a rank
+        whose output overlaps its input publishes none).  Every rank reads
+        the same words, so every rank gets the same answer."""
+        if own is None or not own.nbytes:
+            return False
+        q = self.d.t.q64
+        return all(q[i + D_BYTES] for i in self.d.block_of.values())
+
     def _where(self, p: int, off: int, n: int) -> int:
         """The address of bytes [off, off + n) of peer p's source, checked."""
         q, i = self.d.t.q64, self.d.block_of[p]
