@@ -56,3 +56,8 @@ def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
         np.copyto(dst, src)
         return
     _ntcopy.copy(dst.ctypes.data, src.ctypes.data, dst.nbytes)
+
+
+if available:  # the shm transport's copies into its exchange buffers may stream too
+    from transports import shm_copy as _shm_copy
+    _shm_copy.stream = stream_copy

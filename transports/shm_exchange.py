@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _futex
 from .errors import CollectiveError, mismatched
+from .shm_copy import Copier
 from .shm_segment import DOORBELL, EXCHANGED, MASK, SLEEPING, XMETA_CALL, XMETA_KEY
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class Exchange:
     def __init__(self, t: ShmTransport, peers: list[int]):
         self.t, self.peers, self.rank = t, peers, t.rank
         self.staged = None  # stage()'s array, published by the next exchange
+        self.copier = Copier()  # a root's copies into the buffer, cached or streamed
         self.last: tuple = (None, -1)  # the last call's dtype, nbytes, views per parity
         # the words in the rank blocks: this rank's exchanged word and
         # (bytes, call, call size) per buffer parity; the peers' doorbells,
@@ -95,7 +97,9 @@ class Exchange:
         mine = nb if root is None or root == me else 0
         if mine and buf is not self.staged:
             v = views[me]
-            if pieces is None:
+            if pieces is None and root is not None:  # a root's copy: shm_copy decides
+                self.copier.copy([(v, buf.reshape(-1))], nb)
+            elif pieces is None:
                 v[...] = buf if buf.ndim == 1 else buf.reshape(-1)
             else:
                 o = 0
