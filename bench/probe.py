@@ -11,6 +11,8 @@
 ``ab`` times MPI's collective and each algorithm in turn, R times over, and
 prints the median of each: interleaving keeps a machine whose speed drifts
 from favouring whichever ran first (the default choices come from it).
+``ALG:plain`` runs ALG with no streaming stores in its copies into ``out``
+(as ``COLLECTIVES_STREAM_BYTES=0`` would), in the same job.
 ``small`` does the same for ``comm.all_reduce(x, out)`` of a few bytes with
 its compiled round and with Python's (the kernels switched off around the
 loop) against ``MPI_Allreduce``, and prints time ratios to MPI (our time /
@@ -147,12 +149,27 @@ def MPI_MAX():
     return MPI.MAX
 
 
+def _plain_copies(fn):
+    """``fn`` with every copy into ``out`` plain (no streaming stores:
+    ``collectives.streaming`` as with ``COLLECTIVES_STREAM_BYTES=0``)."""
+    from collectives import streaming
+
+    def call():
+        was, streaming.STREAM_BYTES = streaming.STREAM_BYTES, 0
+        try:
+            fn()
+        finally:
+            streaming.STREAM_BYTES = was
+    return call
+
+
 def ab(comm, world, args) -> None:
     from .cases import CASES
     algs = args.algorithms.split(",")
     for nbytes in args.sizes:
         case = CASES[args.collective](comm, world, nbytes, np.dtype("float32"), "sum", 0)
-        fns = {a: case.ours(a) for a in algs}
+        fns = {a: (_plain_copies(case.ours(a[:-len(":plain")])) if a.endswith(":plain")
+                   else case.ours(a)) for a in algs}
         fns["MPI"] = case.baseline(None)
         res: dict = {k: [] for k in fns}
         iters = max(2, min(200, int(0.04 / max(2e-6, nbytes / 3e9))))

@@ -14,6 +14,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from . import streaming
 from .arrays import address
 from .one_copy import one_copy_only, read_all, regions_or_staged
 from .ranks import chunks
@@ -61,7 +62,7 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:
     n, m, r = ep.size, x.size, ep.rank
     mine = out[r * m:(r + 1) * m]
     if address(mine) != address(x):  # in place, x is already there
-        np.copyto(mine, x)
+        streaming.copier(out, n)(mine, x)
     if rem is None:
         return
     read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]))

@@ -13,6 +13,7 @@ import numpy as np
 
 from transports import Endpoint
 
+from . import streaming
 from .one_copy import one_copy_only, read_all, regions_or_staged
 from .ranks import chunks, peer_index
 
@@ -21,7 +22,7 @@ def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     m, r = out.size // ep.size, ep.rank
     if out is x or np.may_share_memory(out, x):
         x = x.copy()
-    np.copyto(out[r * m:(r + 1) * m], x[r * m:(r + 1) * m])
+    streaming.copier(out, ep.size)(out[r * m:(r + 1) * m], x[r * m:(r + 1) * m])
     return x
 
 

@@ -89,14 +89,38 @@ def direct(ep: Endpoint, buf: np.ndarray, root: int) -> None:
 
 @one_copy_only
 def one_copy(ep: Endpoint, buf: np.ndarray, root: int) -> None:
-    """Every other rank reads root's ``buf`` straight into its own."""
-    if ep.size == 1:
+    """Every other rank reads root's ``buf`` straight into its own, all but
+    a last share of about S/N that root writes into it meanwhile (one copy
+    either way; the N ranks copy about (N-1)/N*S each, where readers alone
+    would copy S while root waits)."""
+    n, me = ep.size, ep.rank
+    if n == 1:
         return
-    _one_copy(ep, ep.expose(buf if ep.rank == root else None), buf, root)
+    rem = ep.expose(buf)
+    s = buf.view(np.uint8)
+    k = read_share(buf.nbytes, n)
+    if me != root:
+        rem.read(root, 0, s[:k])
+    else:
+        for i in range(1, n):
+            rem.write((root + i) % n, k, s[k:])
+    rem.done(sent=(n - 1) * k if me == root else 0, received=0 if me == root else buf.nbytes - k)
 
 
-def _one_copy(ep: Endpoint, rem, buf: np.ndarray, root: int) -> None:
-    """``one_copy`` once root's ``buf`` is published (``rem``)."""
+def read_share(nbytes: int, n: int) -> int:
+    """The leading bytes of a broadcast of ``nbytes`` that every non-root
+    reads (the rest root writes): (N-1)/N of them, to a whole page; all of
+    them below WRITE_FROM_BYTES."""
+    if nbytes < WRITE_FROM_BYTES:
+        return nbytes
+    return min(nbytes, -(-(nbytes * (n - 1) // n) // 4096) * 4096)
+
+
+WRITE_FROM_BYTES = 256 * 1024
+
+
+def _read_root(ep: Endpoint, rem, buf: np.ndarray, root: int) -> None:
+    """Every non-root reads root's published ``buf`` (``rem``) whole."""
     n, me = ep.size, ep.rank
     if me != root:
         rem.read(root, 0, buf)
@@ -112,7 +136,7 @@ def in_place(ep: Endpoint, buf: np.ndarray, root: int) -> None:
         return
     staged = ALGORITHMS[choose(buf.nbytes, ep.size, shared=True)]
     regions_or_staged(ep, buf if ep.rank == root else None,
-                      lambda rem: _one_copy(ep, rem, buf, root),
+                      lambda rem: _read_root(ep, rem, buf, root),
                       lambda: staged(ep, buf, root), only=root)
 
 
@@ -120,12 +144,15 @@ ALGORITHMS = {"binomial": binomial, "scatter_allgather": scatter_allgather, "cha
               "direct": direct, "one_copy": one_copy, "in_place": in_place}
 
 
-# one_copy from N * S of this many bytes (docs/performance.md)
+# one_copy from N * S of this many bytes, and at N = 2 from S of TWO_BYTES,
+# where root's share of the copying halves the peer's (docs/performance.md)
 ONE_COPY_BYTES = 32 << 20
+ONE_COPY_TWO_BYTES = 4 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    if one_copy and size * nbytes >= ONE_COPY_BYTES:
+    if one_copy and (size * nbytes >= ONE_COPY_BYTES
+                     or (size == 2 and nbytes >= ONE_COPY_TWO_BYTES)):
         return "one_copy"
     if shared:
         return "direct"

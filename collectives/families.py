@@ -30,7 +30,7 @@ FAMILIES: dict[str, tuple[dict[str, Callable], Chooser]] = {
                        reduce_scatter.choose),
     "all_to_all": (_with_hier("all_to_all", all_to_all.ALGORITHMS), all_to_all.choose),
     "gather": (gather.GATHER, gather.choose),
-    "scatter": (gather.SCATTER, gather.choose_scatter),
+    "scatter": (gather.SCATTER, gather.choose),
     "barrier": (_with_hier("barrier", barrier.ALGORITHMS), barrier.choose),
 }
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from transports import Endpoint
 
+from . import streaming
 from .arrays import address, empty
-from .one_copy import one_copy_only, read_all
+from .one_copy import one_copy_only
 from .ranks import absolute, rel
 
 
@@ -119,16 +120,18 @@ def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
 
 @one_copy_only
 def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
-    """Root reads every peer's ``x`` straight into its block of ``out``."""
+    """Every other rank writes its ``x`` straight into its block of root's
+    ``out`` while root copies its own: one copy per block, the N blocks
+    copied at once (root reading them all would copy N-1 of them alone)."""
     n, m, me = ep.size, x.size, ep.rank
-    rem = ep.expose(None if me == root else x) if n > 1 else None
+    rem = ep.expose(out if me == root else None) if n > 1 else None
     if me == root and not _is_block(out, root, x):
-        np.copyto(out[root * m:(root + 1) * m], x)
+        streaming.copier(out, 1)(out[root * m:(root + 1) * m], x)
     if rem is None:
         return
-    if me == root:
-        read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]))
-    rem.done(sent=0 if me == root else x.nbytes)
+    if me != root:
+        rem.write(root, me * x.nbytes, x)
+    rem.done(received=(n - 1) * x.nbytes if me == root else 0)
 
 
 @one_copy_only
@@ -138,7 +141,7 @@ def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
     n, me = ep.size, ep.rank
     rem = ep.expose(x if me == root else None) if n > 1 else None
     if me == root and not _is_block(x, root, out):
-        np.copyto(out, x[root * out.size:(root + 1) * out.size])
+        streaming.copier(out, n)(out, x[root * out.size:(root + 1) * out.size])
     if rem is None:
         return
     if me != root:
@@ -150,23 +153,15 @@ GATHER = {"binomial": gather_binomial, "linear": gather_linear, "one_copy": gath
 SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear, "one_copy": scatter_one_copy}
 
 
-# one_copy where root's N blocks add up to this many bytes (docs/performance.md)
-GATHER_ONE_COPY_BYTES = 16 << 20
-SCATTER_ONE_COPY_BYTES = 8 << 20
+# one_copy where a block is this large, for gather and scatter alike (both
+# have every rank copy one block at once; docs/performance.md)
+ONE_COPY_BLOCK_BYTES = 2 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    """Gather, by the block size: small blocks gain from fewer messages at
-    root; large ones, where the peers read each other's memory, from one copy."""
-    if one_copy and size * nbytes >= GATHER_ONE_COPY_BYTES:
-        return "one_copy"
-    return _by_block(nbytes)
-
-
-def choose_scatter(nbytes: int, size: int, shared: bool = False,
-                   one_copy: bool = False) -> str:
-    """Scatter: as gather, but one copy wins from smaller sizes."""
-    if one_copy and size * nbytes >= SCATTER_ONE_COPY_BYTES:
+    """Gather and scatter, by the block size: small blocks gain from fewer messages at
+    root; large ones, where the peers reach each other's memory, from one copy."""
+    if one_copy and nbytes >= ONE_COPY_BLOCK_BYTES:
         return "one_copy"
     return _by_block(nbytes)
 

@@ -291,10 +291,11 @@ def test_a_wrong_baseline_is_not_counted_as_ours(tmp_path):
 
 def test_probes_print_their_figures():
     """The measurements that docs/performance.md quotes run and print numbers."""
-    p = _bench(2, "ab", "all_reduce", "direct,two_shot", "4K,64K", "--reps", "1",
+    p = _bench(2, "ab", "all_reduce", "direct,two_shot,two_shot:plain", "4K,64K", "--reps", "1",
                module="bench.probe")
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("N=2 all_reduce")]
-    assert len(lines) == 2 and all("two_shot" in ln and "MPI" in ln for ln in lines), p.stdout
+    assert len(lines) == 2 and all("two_shot:plain" in ln and "MPI" in ln for ln in lines), \
+        p.stdout
     p = _bench(2, "latency", module="bench.probe")
     assert "MPI_Allreduce" in p.stdout and "ep.exchange" in p.stdout, p.stdout
     p = _bench(2, "small", "8", "--reps", "1", "--iters", "100", module="bench.probe")

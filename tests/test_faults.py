@@ -156,9 +156,12 @@ FAMILIES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
 @pytest.mark.parametrize("n", [2, 4])
 def test_killed_rank_in_a_one_copy_read(n):
     """Rank 1 is SIGKILLed inside a stream of one-copy calls on 8 MB arrays,
-    which spend most of their time reading peers' memory (process_vm_readv):
-    the survivors raise PeerFailure naming it, as in any other call."""
-    calls = "all_gather:one_copy,all_to_all:one_copy,broadcast:one_copy,all_reduce:one_copy"
+    which spend most of their time reading peers' memory or writing into it
+    (process_vm_readv, process_vm_writev: broadcast's root and gather's
+    non-roots write): the survivors raise PeerFailure naming it, as in any
+    other call."""
+    calls = ("all_gather:one_copy,all_to_all:one_copy,broadcast:one_copy,all_reduce:one_copy,"
+             "gather:one_copy")
     _survivors_fail(fault_job(n, "kill", "shm", [calls]), n, "shm", calls)
 
 

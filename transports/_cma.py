@@ -1,5 +1,6 @@
-"""Cross-memory attach: copy from another process's memory in one step
-(Linux process_vm_readv, through ctypes, which releases the GIL)."""
+"""Cross-memory attach: copy from another process's memory, or into it, in
+one step (Linux process_vm_readv and process_vm_writev, through ctypes,
+which releases the GIL)."""
 from __future__ import annotations
 
 import ctypes
@@ -16,45 +17,67 @@ class _IOVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
-try:
-    _readv = _libc.process_vm_readv
-    _readv.restype = ctypes.c_ssize_t
-    _readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
-                       ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
-except AttributeError:  # not Linux
-    _readv = None
+def _syscall(name: str):
+    try:
+        f = getattr(_libc, name)
+    except AttributeError:  # not Linux
+        return None
+    f.restype = ctypes.c_ssize_t
+    f.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
+                  ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
+    return f
+
+
+_readv = _syscall("process_vm_readv")
+_writev = _syscall("process_vm_writev")
+
+
+def _move(call, what: str, pid: int, addr: int, local_base: int, n: int) -> None:
+    """Move n bytes between ``local_base`` here and ``addr`` in ``pid``
+    (``call``: process_vm_readv or process_vm_writev), to the end of a
+    partial transfer."""
+    if call is None:
+        raise OSError(f"{what} is not available")
+    done = 0
+    while done < n:
+        local = _IOVec(local_base + done, n - done)
+        remote = _IOVec(addr + done, n - done)
+        got = call(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if got <= 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"{what} with pid {pid}: {os.strerror(e)}")
+        done += got
 
 
 def read(pid: int, addr: int, dest: np.ndarray) -> None:
     """Fill ``dest`` (contiguous bytes) from ``dest.nbytes`` bytes at ``addr`` in ``pid``."""
-    if _readv is None:
-        raise OSError("process_vm_readv is not available")
-    n, done, base = dest.nbytes, 0, dest.ctypes.data
-    while done < n:
-        local = _IOVec(base + done, n - done)
-        remote = _IOVec(addr + done, n - done)
-        got = _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-        if got <= 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"process_vm_readv from pid {pid}: {os.strerror(e)}")
-        done += got
+    _move(_readv, "process_vm_readv", pid, addr, dest.ctypes.data, dest.nbytes)
+
+
+def write(pid: int, addr: int, src: np.ndarray) -> None:
+    """Copy ``src`` (contiguous bytes) to ``addr`` in ``pid``."""
+    _move(_writev, "process_vm_writev", pid, addr, src.ctypes.data, src.nbytes)
 
 
 def works_between(mpicomm) -> bool:
-    """True when every rank can read its right neighbour's memory (same user,
-    no ptrace restriction in the way)."""
+    """True when every rank can read its right neighbour's memory and write
+    into it (same user, no ptrace restriction in the way)."""
     n, r = mpicomm.Get_size(), mpicomm.Get_rank()
-    probe = np.array([0x5EED0000 + r], np.int64)
+    probe = np.array([0x5EED0000 + r, 0], np.int64)  # read by the left, written by it
     where = _wire.allgather(mpicomm, (os.getpid(), probe.ctypes.data))
     ok = True
     if n > 1:
         pid, addr = where[(r + 1) % n]
         got = np.zeros(1, np.int64)
+        mark = np.array([0x5EED0000 + r], np.int64)
         try:
             read(pid, addr, got.view(np.uint8))
+            write(pid, addr + 8, mark.view(np.uint8))
             ok = int(got[0]) == 0x5EED0000 + (r + 1) % n
         except OSError:
             ok = False
-    ok = _wire.all_true(mpicomm, ok)  # also keeps probe alive until all have read
+    ok = _wire.all_true(mpicomm, ok)  # every write is done once all have answered
+    if n > 1:
+        ok = _wire.all_true(mpicomm, int(probe[1]) == 0x5EED0000 + (r - 1) % n)
     del probe
     return ok

@@ -153,6 +153,22 @@ class Remote:
             self._cma(p, addr, as_bytes(dest))
         self.ep.recv_bytes += n
 
+    def write(self, p: int, off: int, src) -> None:
+        """Copy ``src`` (a contiguous array) into peer p's published buffer
+        from byte ``off``: one copy, made by the owner of the bytes where the
+        reader would otherwise make it alone (the peer counts them as
+        received in its ``done``)."""
+        n = src.nbytes
+        if not n:
+            return
+        addr = self._where(p, off, n)
+        view = self.d.t.mapped(p, addr, n)
+        if view is not None:
+            np.copyto(view, as_bytes(src))
+        else:
+            self._cma(p, addr, as_bytes(src), write=True)
+        self.ep.sent_bytes += n
+
     def piece(self, p: int, off: int, n: int, scratch: np.ndarray) -> np.ndarray:
         """Bytes [off, off + n) of peer p's source as a uint8 array: the
         mapping itself where there is one, else read into ``scratch``."""
@@ -166,23 +182,26 @@ class Remote:
             self._cma(p, addr, out)
         return out
 
-    def _cma(self, p: int, addr: int, dest: np.ndarray) -> None:
+    def _cma(self, p: int, addr: int, buf: np.ndarray, write: bool = False) -> None:
         t = self.d.t
         try:
-            _cma.read(t.liveness.pids[p], addr, dest)
+            (_cma.write if write else _cma.read)(t.liveness.pids[p], addr, buf)
         except OSError as e:
             if e.errno == errno.ESRCH or _dies(t.liveness, p):
                 raise PeerFailure(f"rank(s) [{p}] died during {self.ep.what}",
                                   ranks=[p]) from None
-            raise CollectiveError(f"reading rank {p}'s memory failed: {e}", ranks=[p]) from None
+            raise CollectiveError(f"{'writing into' if write else 'reading'} rank {p}'s "
+                                  f"memory failed: {e}", ranks=[p]) from None
 
-    def done(self, sent: int = 0) -> None:
-        """Say this rank has finished reading; return once every peer has.
-        ``sent``: the bytes the peers read of this rank's source (which it
-        cannot see; the reader counts what it reads as received)."""
+    def done(self, sent: int = 0, received: int = 0) -> None:
+        """Say this rank has finished reading (and writing); return once every
+        peer has.  ``sent``: the bytes the peers read of this rank's source,
+        ``received``: the bytes they wrote into it (which it cannot see; the
+        rank that copies counts them)."""
         d = self.d
         t = d.t
         self.ep.sent_bytes += sent
+        self.ep.recv_bytes += received
         t.q64[d.mine + D_DONE] = self.k
         for p in d.peers:
             t.ring(p)
