@@ -22,7 +22,7 @@ def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     m, r = out.size // ep.size, ep.rank
     if out is x or np.may_share_memory(out, x):
         x = x.copy()
-    streaming.copier(out, ep.size)(out[r * m:(r + 1) * m], x[r * m:(r + 1) * m])
+    streaming.own_block_copier(out, ep.size)(out[r * m:(r + 1) * m], x[r * m:(r + 1) * m])
     return x
 
 

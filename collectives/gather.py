@@ -16,7 +16,6 @@ import numpy as np
 
 from transports import Endpoint
 
-from . import streaming
 from .arrays import address, empty
 from .one_copy import one_copy_only
 from .ranks import absolute, rel
@@ -126,7 +125,7 @@ def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     n, m, me = ep.size, x.size, ep.rank
     rem = ep.expose(out if me == root else None) if n > 1 else None
     if me == root and not _is_block(out, root, x):
-        streaming.copier(out, 1)(out[root * m:(root + 1) * m], x)
+        np.copyto(out[root * m:(root + 1) * m], x)
     if rem is None:
         return
     if me != root:
@@ -141,7 +140,7 @@ def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
     n, me = ep.size, ep.rank
     rem = ep.expose(x if me == root else None) if n > 1 else None
     if me == root and not _is_block(x, root, out):
-        streaming.copier(out, n)(out, x[root * out.size:(root + 1) * out.size])
+        np.copyto(out, x[root * out.size:(root + 1) * out.size])
     if rem is None:
         return
     if me != root:

@@ -37,14 +37,25 @@ STREAM_BYTES = _threshold()
 available = _ntcopy is not None
 
 
-def copier(out, ranks: int) -> Callable[[np.ndarray, np.ndarray], None]:
+# the one-copy algorithms' copy of a rank's own block streams only where the
+# outputs add up to this much as well (the L3 here): below, the peers' reads
+# find its lines in the caches (docs/performance.md, "Sharing the copy")
+OWN_BLOCK_BYTES = 32 << 20
+
+
+def copier(out, ranks: int, least: int = 0) -> Callable[[np.ndarray, np.ndarray], None]:
     """How to copy pieces into ``out`` when ``ranks`` ranks each write an output
-    of its size: streamed where that adds up to ``STREAM_BYTES``, else
-    ``np.copyto``."""
+    of its size: streamed where that adds up to ``STREAM_BYTES`` (and to
+    ``least``), else ``np.copyto``."""
     if (_ntcopy is None or not STREAM_BYTES or not isinstance(out, np.ndarray)
-            or out.nbytes * ranks < STREAM_BYTES):
+            or out.nbytes * ranks < max(STREAM_BYTES, least)):
         return np.copyto
     return stream_copy
+
+
+def own_block_copier(out, ranks: int) -> Callable[[np.ndarray, np.ndarray], None]:
+    """``copier`` for a one-copy algorithm's own block (OWN_BLOCK_BYTES)."""
+    return copier(out, ranks, OWN_BLOCK_BYTES)
 
 
 def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
