@@ -64,7 +64,7 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:
         read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]))
     mine = out[r * m:(r + 1) * m]
     if address(mine) != address(x):  # in place, x is already there
-        streaming.own_block_copier(out, n)(mine, x)
+        streaming.copier(out, n)(mine, x)
     if rem is not None:
         rem.done(sent=(n - 1) * x.nbytes)
 

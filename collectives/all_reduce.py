@@ -252,7 +252,7 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
     if shared:  # the staged algorithms: one exchange per round, no messages
         if one_copy and nbytes >= IN_PLACE_BYTES:
             return "in_place"
-        if nbytes <= 256 * 1024 or (size == 2 and nbytes > 4 << 20):
+        if nbytes <= 256 * 1024 or (size == 2 and nbytes >= 16 << 20):
             return "direct"
         return "two_shot"
     if nbytes <= 128 * 1024:

@@ -28,7 +28,7 @@ def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 def _own(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     m, r = out.size // ep.size, ep.rank
-    streaming.own_block_copier(out, ep.size)(out[r * m:(r + 1) * m], x[r * m:(r + 1) * m])
+    streaming.copier(out, ep.size)(out[r * m:(r + 1) * m], x[r * m:(r + 1) * m])
 
 
 def pairwise(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:

@@ -28,7 +28,7 @@ types divide in float32 before their single rounding.  Complex results are
 divided by numpy afterwards.
 
 Outputs of ``stream_bytes`` and more are written with streaming stores; by
-default that is ``streaming.STREAM_BYTES`` (``COLLECTIVES_STREAM_BYTES``, 8
+default that is ``streaming.STREAM_BYTES`` (``COLLECTIVES_STREAM_BYTES``, 32
 MiB; collectives/streaming.py says why).  ``COLLECTIVES_KERNELS_ISA=sse2``
 (``avx2``, ``avx512``, ``avx512bf16``) caps the instruction set, for tests; ``use()`` picks
 a path at run time.

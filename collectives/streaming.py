@@ -6,8 +6,9 @@ without reading it.  Measured on the 2-core development VM (docs/
 performance.md): 64 MiB copied at 10.5 GB/s with ``np.copyto`` and 20 GB/s
 streamed, while 1 MiB, which stays in the caches, copies at 40 GB/s plainly
 and only 24 GB/s streamed.  So the staged algorithms stream the copies into
-``out`` only when the outputs of all the ranks on the host together exceed
-``COLLECTIVES_STREAM_BYTES`` (8 MiB by default; 0 never streams).  The
+``out`` only when the outputs of all the ranks on the host together reach
+``COLLECTIVES_STREAM_BYTES`` (32 MiB by default, the L3 here; 0 never
+streams).  The
 streaming copy is the C extension ``collectives._ntcopy``; without it
 (no compiler at install time) every copy is ``np.copyto``.
 """
@@ -25,7 +26,7 @@ except ImportError:  # not built: plain copies
 
 
 def _threshold() -> int:
-    env = os.environ.get("COLLECTIVES_STREAM_BYTES") or str(8 << 20)
+    env = os.environ.get("COLLECTIVES_STREAM_BYTES") or str(32 << 20)
     try:
         v = int(env)
     except ValueError:
@@ -37,25 +38,14 @@ STREAM_BYTES = _threshold()
 available = _ntcopy is not None
 
 
-# the one-copy algorithms' copy of a rank's own block streams only where the
-# outputs add up to this much as well (the L3 here): below, the peers' reads
-# find its lines in the caches (docs/performance.md, "Sharing the copy")
-OWN_BLOCK_BYTES = 32 << 20
-
-
-def copier(out, ranks: int, least: int = 0) -> Callable[[np.ndarray, np.ndarray], None]:
+def copier(out, ranks: int) -> Callable[[np.ndarray, np.ndarray], None]:
     """How to copy pieces into ``out`` when ``ranks`` ranks each write an output
-    of its size: streamed where that adds up to ``STREAM_BYTES`` (and to
-    ``least``), else ``np.copyto``."""
+    of its size: streamed where that adds up to ``STREAM_BYTES``, else
+    ``np.copyto``."""
     if (_ntcopy is None or not STREAM_BYTES or not isinstance(out, np.ndarray)
-            or out.nbytes * ranks < max(STREAM_BYTES, least)):
+            or out.nbytes * ranks < STREAM_BYTES):
         return np.copyto
     return stream_copy
-
-
-def own_block_copier(out, ranks: int) -> Callable[[np.ndarray, np.ndarray], None]:
-    """``copier`` for a one-copy algorithm's own block (OWN_BLOCK_BYTES)."""
-    return copier(out, ranks, OWN_BLOCK_BYTES)
 
 
 def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
