@@ -89,7 +89,7 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:
     n, r = ep.size, ep.rank
     m = out.size // n
     b = m * out.itemsize
-    read_all(rem, ep, lambda p: (r * b, out[p * m:(p + 1) * m]))
+    read_all(rem, ep, lambda p: (r * b, out[p * m:(p + 1) * m]), streaming.copier(out, n))
     _own(ep, x, out)
     rem.done(sent=(n - 1) * b)
 

@@ -17,6 +17,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
+from . import streaming
 from .one_copy import one_copy_only, regions_or_staged
 from .ranks import absolute, block_bounds, chunks, rel
 
@@ -99,11 +100,12 @@ def one_copy(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     rem = ep.expose(buf)
     s = buf.view(np.uint8)
     k = read_share(buf.nbytes, n)
+    copy = streaming.copier(buf, n)  # where a buffer is mapped
     if me != root:
-        rem.read(root, 0, s[:k])
+        rem.read(root, 0, s[:k], copy)
     else:
         for i in range(1, n):
-            rem.write((root + i) % n, k, s[k:])
+            rem.write((root + i) % n, k, s[k:], copy)
     rem.done(sent=(n - 1) * k if me == root else 0, received=0 if me == root else buf.nbytes - k)
 
 
@@ -123,7 +125,7 @@ def _read_root(ep: Endpoint, rem, buf: np.ndarray, root: int) -> None:
     """Every non-root reads root's published ``buf`` (``rem``) whole."""
     n, me = ep.size, ep.rank
     if me != root:
-        rem.read(root, 0, buf)
+        rem.read(root, 0, buf, streaming.copier(buf, n))
     rem.done(sent=(n - 1) * buf.nbytes if me == root else 0)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from transports import Endpoint
 
+from . import streaming
 from .arrays import address, empty
 from .one_copy import one_copy_only
 from .ranks import absolute, rel
@@ -129,7 +130,7 @@ def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     if rem is None:
         return
     if me != root:
-        rem.write(root, me * x.nbytes, x)
+        rem.write(root, me * x.nbytes, x, streaming.copier(x, n))
     rem.done(received=(n - 1) * x.nbytes if me == root else 0)
 
 
@@ -144,7 +145,7 @@ def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
     if rem is None:
         return
     if me != root:
-        rem.read(root, me * out.nbytes, out)
+        rem.read(root, me * out.nbytes, out, streaming.copier(out, n))
     rem.done(sent=(n - 1) * out.nbytes if me == root else 0)
 
 

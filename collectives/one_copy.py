@@ -52,15 +52,16 @@ def regions_or_staged(ep, src: np.ndarray | None, in_regions: Callable, staged: 
     staged()
 
 
-def read_all(rem, ep, blocks: Callable[[int], tuple[int, np.ndarray]]) -> None:
+def read_all(rem, ep, blocks: Callable[[int], tuple[int, np.ndarray]],
+             copy: Callable = np.copyto) -> None:
     """Read from every peer, nearest ranks to the right first (so that not
     every rank starts at rank 0): ``blocks(p) -> (byte offset in p's source,
-    destination)``."""
+    destination)``; ``copy``: how a mapped source is copied (``Remote.read``)."""
     n, r = ep.size, ep.rank
     for i in range(1, n):
         p = (r + i) % n
         off, dest = blocks(p)
-        rem.read(p, off, dest)
+        rem.read(p, off, dest, copy)
 
 
 def reduce_piece(ep, src: np.ndarray, bounds, out: np.ndarray, op, rem=None) -> None:

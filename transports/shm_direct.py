@@ -138,9 +138,11 @@ class Remote:
                 ranks=[p])
         return q[i + D_ADDR] + off
 
-    def read(self, p: int, off: int, dest) -> None:
+    def read(self, p: int, off: int, dest, copy: Callable = np.copyto) -> None:
         """Copy ``dest.nbytes`` bytes of peer p's source, from byte ``off``, into
-        ``dest`` (a contiguous array): one copy."""
+        ``dest`` (a contiguous array): one copy (``copy(dst, src)`` where this
+        rank maps the source: np.copyto, or a streaming copy for outputs
+        larger than the caches)."""
         n = dest.nbytes
         if not n:
             return
@@ -148,23 +150,23 @@ class Remote:
         t = self.d.t
         view = t.mapped(p, addr, n)
         if view is not None:
-            np.copyto(as_bytes(dest), view)
+            copy(as_bytes(dest), view)
         else:
             self._cma(p, addr, as_bytes(dest))
         self.ep.recv_bytes += n
 
-    def write(self, p: int, off: int, src) -> None:
+    def write(self, p: int, off: int, src, copy: Callable = np.copyto) -> None:
         """Copy ``src`` (a contiguous array) into peer p's published buffer
         from byte ``off``: one copy, made by the owner of the bytes where the
         reader would otherwise make it alone (the peer counts them as
-        received in its ``done``)."""
+        received in its ``done``); ``copy`` as for ``read``."""
         n = src.nbytes
         if not n:
             return
         addr = self._where(p, off, n)
         view = self.d.t.mapped(p, addr, n)
         if view is not None:
-            np.copyto(view, as_bytes(src))
+            copy(view, as_bytes(src))
         else:
             self._cma(p, addr, as_bytes(src), write=True)
         self.ep.sent_bytes += n
