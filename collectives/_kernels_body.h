@@ -138,7 +138,7 @@ static inline TARGET ALWAYS V(u32) FN(bf16_round)(V(f32) x)
 }
 
 #if BF16_HW
-/* The processor rounds to nearest even too (VCVTNEPS2BF16), but reads a
+/* The processor rounds to nearest even too (VCVTNE2PS2BF16), but reads a
  * subnormal float32 as zero and keeps a NaN's payload: a block with either
  * (one VFPCLASSPS a vector tells) takes the integer rounding above, so the
  * bits are those of every other path. */
@@ -148,9 +148,12 @@ static inline TARGET ALWAYS void FN(bf16_store)(char *p, const V(f32) *x, int nt
     V(u32) w;
     if (__builtin_expect(!(_mm512_fpclass_ps_mask((__m512)x[0], NAN_OR_SUBNORMAL) |
                            _mm512_fpclass_ps_mask((__m512)x[1], NAN_OR_SUBNORMAL)), 1)) {
-        __m512i even = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh((__m512)x[0]));
-        __m512i odd = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh((__m512)x[1]));
-        w = (V(u32))_mm512_or_si512(even, _mm512_slli_epi32(odd, 16));
+        /* elements 0-15 the even ones, 16-31 the odd ones: interleave */
+        const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                               25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+                                               19, 3, 18, 2, 17, 1, 16, 0);
+        __m512i both = (__m512i)_mm512_cvtne2ps_pbh((__m512)x[1], (__m512)x[0]);
+        w = (V(u32))_mm512_permutexvar_epi16(order, both);
     } else {
         w = FN(bf16_round)(x[0]) | (FN(bf16_round)(x[1]) << 16);
     }
