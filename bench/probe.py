@@ -5,6 +5,7 @@
     mpiexec -n 2 python -m bench.probe latency     # where a small all-reduce's time goes
     mpiexec -n 4 python -m bench.probe share [--size 16M] [--reps R]   # reduction's share
     mpiexec -n N python -m bench.probe ab COLLECTIVE ALG[,ALG...] SIZE[,SIZE...] [--reps R]
+                                          [--alloc comm]
     mpiexec -n N python -m bench.probe small [SIZE,...] [--reps R]   # the small all-reduce's two rounds
     mpiexec -n N python -m bench.probe dtypes [SIZE,...] [--reps R]  # half types against float32
 
@@ -12,7 +13,8 @@
 prints the median of each: interleaving keeps a machine whose speed drifts
 from favouring whichever ran first (the default choices come from it).
 ``ALG:plain`` runs ALG with no streaming stores in its copies into ``out``
-(as ``COLLECTIVES_STREAM_BYTES=0`` would), in the same job.
+(as ``COLLECTIVES_STREAM_BYTES=0`` would), in the same job; ``--alloc comm``
+puts our buffers in communicator-allocated arrays (as ``bench --alloc comm``).
 ``small`` does the same for ``comm.all_reduce(x, out)`` of a few bytes with
 its compiled round and with Python's (the kernels switched off around the
 loop) against ``MPI_Allreduce``, and prints time ratios to MPI (our time /
@@ -168,6 +170,8 @@ def ab(comm, world, args) -> None:
     algs = args.algorithms.split(",")
     for nbytes in args.sizes:
         case = CASES[args.collective](comm, world, nbytes, np.dtype("float32"), "sum", 0)
+        if args.alloc == "comm":
+            case.in_regions()
         fns = {a: (_plain_copies(case.ours(a[:-len(":plain")])) if a.endswith(":plain")
                    else case.ours(a)) for a in algs}
         fns["MPI"] = case.baseline(None)
@@ -257,6 +261,8 @@ def main() -> None:
     a.add_argument("algorithms")
     a.add_argument("sizes", type=lambda s: [parse_size(v) for v in s.split(",")])
     a.add_argument("--reps", type=int, default=3)
+    a.add_argument("--alloc", default="numpy", choices=("numpy", "comm"),
+                   help="our buffers: plain numpy arrays or comm.empty ones (as bench --alloc)")
     args = p.parse_args()
     import collectives as cc
     from mpi4py import MPI

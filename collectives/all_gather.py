@@ -41,11 +41,16 @@ def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out[:r * m], tmp[(n - r) * m:])
 
 
+# direct's rounds move at most this much of a block, less than a whole
+# exchange buffer (docs/performance.md, "All-gather rounds")
+DIRECT_CHUNK_BYTES = 512 * 1024
+
+
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Every rank's block reaches every rank (ep.exchange), one round per
-    exchange-buffer-sized chunk."""
-    m = x.size
-    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize):
+    chunk of at most DIRECT_CHUNK_BYTES (and the exchange buffer)."""
+    m, xb = x.size, ep.chunk_bytes(x)
+    for lo, hi in chunks(min(xb, DIRECT_CHUNK_BYTES) if xb else 0, m, x.itemsize):
         for i, v in enumerate(ep.exchange(x[lo:hi])):
             np.copyto(out[i * m + lo:i * m + hi], v)
 
@@ -86,8 +91,10 @@ ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct, "one_copy": one_co
               "in_place": in_place}
 
 
-# one_copy where the N blocks add up to this many bytes (docs/performance.md)
+# one_copy (N = 2) or in_place (N > 2) where the N blocks add up to this many
+# bytes; at N = 2 in_place from IN_PLACE_TWO_BYTES (docs/performance.md)
 ONE_COPY_BYTES = 16 << 20
+IN_PLACE_TWO_BYTES = 2 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
@@ -95,7 +102,12 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
     ring (Bruck's fewer rounds lose to direct below and to the ring's single
     copy per block above).  Through shared memory, direct at every size from 3
     ranks (it needs no context switch per step); where the peers read each
-    other's memory, one copy once the output outgrows the caches."""
+    other's memory, once the output outgrows the caches: one copy at N = 2,
+    and from 3 ranks ``in_place`` (direct's half-megabyte rounds beat
+    process_vm_readv there at every size measured; the mappings of
+    communicator-allocated arrays beat both)."""
     if one_copy and size * nbytes >= ONE_COPY_BYTES:
-        return "one_copy"
+        return "one_copy" if size == 2 else "in_place"
+    if one_copy and size == 2 and size * nbytes >= IN_PLACE_TWO_BYTES:
+        return "in_place"  # the ring on plain arrays, with one publication more
     return "direct" if nbytes <= 32 * 1024 or (shared and size > 2) else "ring"
