@@ -8,11 +8,19 @@ from transports.errors import CollectiveError, CollectiveTimeout, PeerFailure
 
 from .communicator import Communicator, Traffic, init
 from .debug import CollectiveMismatch
-from .dtypes import DTYPES, bfloat16
 from .ops import AVG, MAX, MIN, PROD, SUM, Op
 from .work import Work
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``DTYPES`` and ``bfloat16``: they import ml_dtypes, on first use
+    (collectives/dtypes.py)."""
+    if name in ("DTYPES", "bfloat16"):
+        from . import dtypes
+        return getattr(dtypes, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["init", "Communicator", "Traffic", "Work", "Op", "SUM", "PROD", "MAX", "MIN",
            "AVG", "DTYPES", "bfloat16", "CollectiveError", "CollectiveTimeout", "PeerFailure",

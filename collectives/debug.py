@@ -17,7 +17,7 @@ import numpy as np
 from transports.errors import CollectiveError
 
 from .families import CALLS, FAMILIES
-from .dtypes import DTYPES
+from . import dtypes
 from .ops import Op
 
 FIELDS = ("call", "sequence", "count", "dtype", "op", "root", "algorithm")
@@ -37,7 +37,7 @@ def signature(call: str, seq: int, count: int, dtype, op, root, algorithm: str) 
     """What this rank is about to run; calls and algorithms are numbered by
     their place in collectives/families.py, the same on every rank."""
     return np.array([CALLS.index(call), seq, count,
-                     -1 if dtype is None else DTYPES.index(np.dtype(dtype)),
+                     -1 if dtype is None else dtypes.index(np.dtype(dtype)),
                      -1 if op is None else _OPS.index(op),
                      -1 if root is None else root,
                      _names(call).index(algorithm), 0], np.int64)
@@ -51,7 +51,7 @@ def describe(sig) -> str:
     call = CALLS[int(sig[0])]
     parts = [f"{call} #{int(sig[1])}", f"count={int(sig[2])}"]
     if sig[3] >= 0:
-        parts.append(f"dtype={DTYPES[int(sig[3])]}")
+        parts.append(f"dtype={dtypes.at(int(sig[3]))}")
     if sig[4] >= 0:
         parts.append(f"op={_OPS[int(sig[4])].value}")
     if sig[5] >= 0:

@@ -42,8 +42,7 @@ from typing import Callable, Sequence, Union
 import numpy as np
 
 from . import streaming
-from .dtypes import BFLOAT16 as bfloat16
-from .dtypes import DTYPES, HALF as _HALF, is_inexact
+from .dtypes import is_bfloat16, is_half, is_inexact, supported
 
 try:
     from . import _kernels
@@ -56,13 +55,26 @@ _OP_NAMES = {**{n: n for n in _UFUNCS}, **{u: n for n, u in _UFUNCS.items()}}
 # (dtype, op) -> (dtype index, op index) of the C tables; complex sums are
 # float sums of twice as many numbers
 _CODES: dict = {}
+_BF16_CODES: dict = {}  # op -> codes of bfloat16, keyed by dtype once it exists
 if _kernels is not None:
     for _i, _name in enumerate(_kernels.DTYPES):
-        _dt = bfloat16 if _name == "bfloat16" else np.dtype(_name)
         for _j, _op in enumerate(_kernels.OPS):
-            _CODES[_dt, _op] = (_i, _j)
+            if _name == "bfloat16":  # ml_dtypes is imported only when needed (dtypes.py)
+                _BF16_CODES[_op] = (_i, _j)
+            else:
+                _CODES[np.dtype(_name), _op] = (_i, _j)
     for _c, _f in (("complex64", "float32"), ("complex128", "float64")):
         _CODES[np.dtype(_c), "sum"] = _CODES[np.dtype(_f), "sum"]
+
+
+def _code(dt: np.dtype, op: str):
+    """The C tables' (dtype, op) indices, None where they have none."""
+    c = _CODES.get((dt, op))
+    if c is None and _BF16_CODES and is_bfloat16(dt):
+        for o, v in _BF16_CODES.items():
+            _CODES[dt, o] = v
+        c = _CODES.get((dt, op))
+    return c
 
 
 _numpy = _kernels is None  # True: every call goes to numpy
@@ -142,7 +154,7 @@ def _check(out, inputs, op: str, divisor) -> None:
     if not isinstance(out, np.ndarray):
         raise TypeError(f"reduce_into: out must be a numpy array, got {type(out).__name__}")
     dt = out.dtype
-    if dt not in DTYPES:
+    if not supported(dt):
         raise TypeError(f"reduce_into: dtype {dt} is not supported")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("reduce_into: out must be C-contiguous and writeable")
@@ -174,13 +186,13 @@ def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], op: Op = "sum", *
     are streamed.  Returns ``out``."""
     name = _op_name(op)
     _check(out, inputs, name, divisor)
-    code = None if _numpy else _CODES.get((out.dtype, name))
+    code = None if _numpy else _code(out.dtype, name)
     if code is None:
         _numpy_reduce(out, inputs, name, divisor)
         return out
     limit = streaming.STREAM_BYTES if stream_bytes is None else stream_bytes
     c_div = divisor if out.dtype.kind != "c" else None
-    if out.dtype == bfloat16:  # numpy exports no buffer of ml_dtypes' dtypes
+    if is_bfloat16(out.dtype):  # numpy exports no buffer of ml_dtypes' dtypes
         _kernels.reduce(out.view(np.uint16), [x.view(np.uint16) for x in inputs],
                         code[0], code[1], 0 < limit <= out.nbytes, c_div)
     else:
@@ -210,7 +222,7 @@ def _numpy_reduce(out: np.ndarray, inputs: Sequence[np.ndarray], op: str, diviso
         if not np.shares_memory(o, xs[0]):
             np.copyto(o, xs[0])
         return
-    if out.dtype in _HALF:
+    if is_half(out.dtype):
         acc, tmp = xs[0].astype(np.float32), np.empty(o.size, np.float32)
         for x in xs[1:]:
             tmp[...] = x
@@ -242,11 +254,12 @@ def exchange_reducer(dtype: np.dtype, op: str) -> Callable | None:
     on the numpy path, where the module lacks it, or for complex prod."""
     if _numpy or not hasattr(_kernels, "exchange_reduce"):
         return None
-    code = _CODES.get((np.dtype(dtype), _op_name(op)))
+    dt = np.dtype(dtype)
+    code = _code(dt, _op_name(op))
     if code is None:
         return None
     fused = functools.partial(_kernels.exchange_reduce, *code)
-    if np.dtype(dtype) != bfloat16:
+    if not is_bfloat16(dt):
         return fused
 
     def words(plan, x, out, k, call, key):  # numpy exports no buffer of bfloat16
@@ -264,3 +277,11 @@ def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
         np.copyto(dst, src)
         return
     _kernels.copy(dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8), True)
+
+
+def __getattr__(name: str):
+    """``bfloat16`` (its dtype) and ``DTYPES``, which import ml_dtypes (dtypes.py)."""
+    if name in ("bfloat16", "DTYPES"):
+        from . import dtypes
+        return dtypes.load_bfloat16() if name == "bfloat16" else dtypes.DTYPES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,7 @@
 """Reduction operators, and which of them apply to which dtype (the dtypes
 themselves are collectives/dtypes.py; ``DTYPES`` is kept here for the
-modules that import it from ops)."""
+modules that import it from ops, and imports ml_dtypes on first use as
+there)."""
 from __future__ import annotations
 
 import enum
@@ -9,7 +10,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import kernels
-from .dtypes import DTYPES, HALF, is_inexact
+from . import dtypes as _dtypes
+from .dtypes import is_half, is_inexact
 
 __all__ = ["Op", "SUM", "PROD", "MAX", "MIN", "AVG", "UFUNCS", "REDUCERS", "Reducer", "DTYPES",
            "divide", "resolve", "in_rank_order", "quietly"]
@@ -52,7 +54,7 @@ class Reducer:
     def __call__(self, a, b, out=None):
         if out is None:
             return self.ufunc(a, b)
-        if type(out) is np.ndarray and out.dtype in HALF and out.size:
+        if type(out) is np.ndarray and is_half(out.dtype) and out.size:
             return kernels.reduce_into(out, (a, b), self.name)
         return self.ufunc(a, b, out=out)
 
@@ -70,7 +72,7 @@ def divide(out, n: int) -> None:
     long on 4M elements here)."""
     if not out.size:
         return
-    if type(out) is np.ndarray and out.dtype in HALF:
+    if type(out) is np.ndarray and is_half(out.dtype):
         kernels.reduce_into(out, (out,), "sum", divisor=n)
     else:
         np.true_divide(out, n, out=out)
@@ -126,7 +128,7 @@ def in_rank_order(parts: Sequence[np.ndarray], op, out: np.ndarray) -> None:
     kernel in one pass: each part read once, ``out`` written once.  Half
     precision always goes through ``kernels.reduce_into``, compiled or not:
     float32 arithmetic and one rounding, the same bits either way."""
-    if isinstance(op, Reducer) and type(out) is np.ndarray and (out.dtype in HALF or (
+    if isinstance(op, Reducer) and type(out) is np.ndarray and (is_half(out.dtype) or (
             kernels.compiled() and len(parts) > 2 and out.nbytes >= KERNEL_MIN_BYTES)):
         kernels.reduce_into(out, parts, op.name)
         return
@@ -150,3 +152,9 @@ else:
         """The same, where numpy has no such context variable."""
         with np.errstate(all="ignore"):
             return fn(arg)
+
+
+def __getattr__(name: str):
+    if name == "DTYPES":  # imports ml_dtypes (collectives/dtypes.py)
+        return _dtypes.DTYPES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ import numpy as np
 from transports._wire import allgather
 from transports.base import broken_error
 
-from .dtypes import DTYPES
+from . import dtypes
 
 
 def empty(comm, shape, dtype=np.float64) -> np.ndarray:
@@ -43,7 +43,7 @@ def allocate(comm, call: str, shape, dtype, zero: bool) -> np.ndarray:
         raise broken_error(comm._broken)
     everyone = allgather(comm._mpi, mine) if comm.size > 1 else [mine]
     agreed(call, everyone)
-    shape, dt = tuple(mine[1]), DTYPES[mine[2]]
+    shape, dt = tuple(mine[1]), dtypes.at(mine[2])
     regions = getattr(comm._t, "regions", None)
     if regions is not None and comm.size > 1 and np.prod(shape, dtype=np.int64) > 0:
         return regions.allocate(shape, dt)  # a new region reads as zeros
@@ -63,13 +63,14 @@ def request(shape, dtype) -> list:
     if any(d < 0 for d in dims):
         return ["ValueError", f"shape must not have negative sizes, got {shape!r}", -1]
     try:
-        dt = np.dtype(dtype)
+        # the name alone is known to numpy only once ml_dtypes is imported
+        dt = dtypes.load_bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     except (TypeError, ValueError):
         dt = None
-    if dt is None or dt not in DTYPES:
+    if dt is None or not dtypes.supported(dt):
         return ["TypeError", f"dtype {dtype!r} is not supported; expected one of "
-                             f"{', '.join(str(d) for d in DTYPES)}", -1]
-    return ["", dims, DTYPES.index(dt)]
+                             f"{dtypes.NAMES}", -1]
+    return ["", dims, dtypes.index(dt)]
 
 
 def agreed(call: str, everyone: list) -> None:
@@ -86,4 +87,4 @@ def agreed(call: str, everyone: list) -> None:
 
 
 def _show(req: list) -> str:
-    return f"shape {tuple(req[1])} dtype {DTYPES[req[2]]}"
+    return f"shape {tuple(req[1])} dtype {dtypes.at(req[2])}"

@@ -13,9 +13,8 @@ import numpy as np
 from transports import TAG_UB
 
 from .arrays import address, is_device
-from .dtypes import BFLOAT16, DEVICE_DTYPES, DTYPES
+from .dtypes import DEVICE_DTYPES, NAMES, is_bfloat16, supported
 
-_DTYPES = frozenset(DTYPES)
 _DEVICE_DTYPES = frozenset(DEVICE_DTYPES)
 
 
@@ -24,9 +23,9 @@ def array(call: str, name: str, a, *, writable: bool = False, device: int | None
     communicator has one (``device`` None: numpy only)."""
     if not isinstance(a, np.ndarray):
         return _device_array(call, name, a, device)
-    if a.dtype not in _DTYPES:
+    if not supported(a.dtype):
         raise TypeError(f"{call}: {name}.dtype {a.dtype} is not supported; expected one of "
-                        f"{', '.join(str(d) for d in DTYPES)}")
+                        f"{NAMES}")
     if not a.flags.c_contiguous:
         raise ValueError(f"{call}: {name} must be C-contiguous (use numpy.ascontiguousarray)")
     if writable and not a.flags.writeable:
@@ -44,7 +43,7 @@ def _device_array(call: str, name: str, a, device: int | None):
                         "with cupy imported before cc.init)")
     if a.dtype not in _DEVICE_DTYPES:
         why = (" for CuPy arrays (CuPy's kernels have no bfloat16; reduce in float32, or "
-               "move the array to the host)" if a.dtype == BFLOAT16 else "")
+               "move the array to the host)" if is_bfloat16(a.dtype) else "")
         raise TypeError(f"{call}: {name}.dtype {a.dtype} is not supported{why}; expected one "
                         f"of {', '.join(str(d) for d in DEVICE_DTYPES)}")
     if not a.flags.c_contiguous:

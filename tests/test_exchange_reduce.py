@@ -193,7 +193,7 @@ ck.exchange_reduce = counted
 import collectives as cc
 with cc.init("shm") as comm:
     r, n = comm.rank, comm.size
-    for dt in ("float32", "bfloat16", "int64"):
+    for dt in (np.float32, cc.bfloat16, np.int64):
         x = np.arange(1, 9).astype(np.float32).astype(dt) * (r + 1)
         for _ in range(50):
             y = comm.all_reduce(x, op="sum")
