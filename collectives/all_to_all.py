@@ -50,13 +50,22 @@ def linear(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     ep.waitall(reqs)
 
 
+# at N = 2 direct's rounds move at most this much (docs/performance.md,
+# "All-gather rounds and in_place": 2 to 8 MiB up to twice as fast)
+DIRECT_TWO_BYTES = 512 * 1024
+
+
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Each round, every rank puts a chunk of each of the blocks it sends into
-    shared memory (ep.exchange) and copies out the chunks addressed to it.
-    Chunk k is copied in before any of it is written, so ``out`` may be ``x``."""
+    shared memory (ep.exchange) and copies out the chunks addressed to it
+    (at N = 2 at most DIRECT_TWO_BYTES a round).  Chunk k is copied in
+    before any of it is written, so ``out`` may be ``x``."""
     n, r = ep.size, ep.rank
     m = out.size // n
-    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize, parts=max(1, n - 1)):
+    xb = ep.chunk_bytes(x)
+    if n == 2 and xb:
+        xb = min(xb, DIRECT_TWO_BYTES)
+    for lo, hi in chunks(xb, m, x.itemsize, parts=max(1, n - 1)):
         c = hi - lo
         each = (n - 1) * c * x.itemsize  # a peer reads one piece
         v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n) if i != r] or [x[:0]],
@@ -98,12 +107,13 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:
 def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """``one_copy`` from the peers' mappings where every rank's ``x`` is a
     communicator-allocated array that ``out`` does not overlap (one that it
-    does is overwritten while the peers read it); else, where no rank's
-    ``out`` overlaps its ``x``, ``one_copy`` from the same publication with
-    process_vm_readv (measured 0.84-0.98x MPICH at 4-8 MiB, N = 2, where
-    the staged ``direct`` gave 0.59-0.79x; N = 4: 0.92-1.06x against
-    0.84-0.90x); else the staged choice (one_copy.py's
-    ``regions_or_staged``: the first publication decides)."""
+    does is overwritten while the peers read it); else, from 3 ranks and
+    where no rank's ``out`` overlaps its ``x``, ``one_copy`` from the same
+    publication with process_vm_readv (N = 4: 0.92-1.06x MPICH at 4-8 MiB
+    against the staged ``direct``'s 0.84-0.90x); else the staged choice
+    (one_copy.py's ``regions_or_staged``: the first publication decides).
+    At N = 2 ``direct``'s half-megabyte rounds beat process_vm_readv (4 and
+    8 MiB: 175 and 495 us against 227 and 539, docs/performance.md)."""
     if ep.size == 1:
         return one_copy(ep, x, out)
     staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
@@ -112,7 +122,7 @@ def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     def from_regions(rem):
         _one_copy(ep, rem, x, out)
     regions_or_staged(ep, x if apart else None, from_regions, lambda: staged(ep, x, out),
-                      plain=from_regions)
+                      plain=from_regions if ep.size > 2 else None)
 
 
 ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy,
