@@ -27,7 +27,7 @@ from . import ring as _ring
 from . import streaming
 from .one_copy import IN_PLACE_BYTES, one_copy_only, read_all, reduce_piece, regions_or_staged
 from .ops import in_rank_order
-from .ranks import Fold, block_bounds, chunks, peer_index
+from .ranks import Fold, block_bounds, chunks, peer_index, round_bytes
 
 
 def ring(ep: Endpoint, buf: np.ndarray, op) -> None:
@@ -49,7 +49,7 @@ def direct(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> 
         if src is not buf:
             np.copyto(buf, src)
         return
-    for lo, hi in chunks(ep.chunk_bytes(buf), buf.size, buf.itemsize):
+    for lo, hi in chunks(round_bytes(ep, buf), buf.size, buf.itemsize):
         one_round(ep, src[lo:hi], buf[lo:hi], op)
 
 

@@ -15,7 +15,7 @@ from transports import Endpoint
 
 from . import streaming
 from .one_copy import one_copy_only, read_all, regions_or_staged
-from .ranks import chunks, peer_index
+from .ranks import chunks, peer_index, round_bytes
 
 
 def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -50,22 +50,14 @@ def linear(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     ep.waitall(reqs)
 
 
-# at N = 2 direct's rounds move at most this much (docs/performance.md,
-# "All-gather rounds and in_place": 2 to 8 MiB up to twice as fast)
-DIRECT_TWO_BYTES = 512 * 1024
-
-
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Each round, every rank puts a chunk of each of the blocks it sends into
     shared memory (ep.exchange) and copies out the chunks addressed to it
-    (at N = 2 at most DIRECT_TWO_BYTES a round).  Chunk k is copied in
+    (at N = 2 at most ranks.ROUND_BYTES a round).  Chunk k is copied in
     before any of it is written, so ``out`` may be ``x``."""
     n, r = ep.size, ep.rank
     m = out.size // n
-    xb = ep.chunk_bytes(x)
-    if n == 2 and xb:
-        xb = min(xb, DIRECT_TWO_BYTES)
-    for lo, hi in chunks(xb, m, x.itemsize, parts=max(1, n - 1)):
+    for lo, hi in chunks(round_bytes(ep, x), m, x.itemsize, parts=max(1, n - 1)):
         c = hi - lo
         each = (n - 1) * c * x.itemsize  # a peer reads one piece
         v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n) if i != r] or [x[:0]],

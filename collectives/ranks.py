@@ -27,6 +27,23 @@ def chunks(xchg_bytes: int, count: int, itemsize: int, parts: int = 1) -> list[t
     return [(lo, min(lo + step, count)) for lo in range(0, count, step)]
 
 
+# the most a round of the staged direct algorithms moves at N = 2 (all_reduce,
+# reduce_scatter, all_to_all; all_gather's at every N): the exchange buffer's
+# 1 MiB rounds ran at two speeds from one job to the next for the same work
+# (docs/performance.md, "Half-megabyte rounds")
+ROUND_BYTES = 512 * 1024
+
+
+def round_bytes(ep, a, every_size: bool = False) -> int:
+    """The ``xchg_bytes`` to hand ``chunks`` for a direct algorithm's rounds of
+    arrays like ``a``: ``ep.chunk_bytes(a)`` (0: exchange() is messages, one
+    round), at most ROUND_BYTES at N = 2 (``every_size``: at every N)."""
+    xb = ep.chunk_bytes(a)
+    if xb and (every_size or ep.size == 2):
+        return min(xb, ROUND_BYTES)
+    return xb
+
+
 def peer_index(r: int, p: int) -> int:
     """The index of rank ``r`` among the peers of rank ``p`` (every rank but
     ``p``, in rank order): where ``p``'s per-peer pieces hold ``r``'s."""

@@ -19,7 +19,7 @@ from transports import Endpoint
 from . import ring as _ring
 from .one_copy import IN_PLACE_BYTES, one_copy_only, reduce_pieces, regions_or_staged
 from .ops import in_rank_order
-from .ranks import Fold, chunks, peer_index
+from .ranks import Fold, chunks, peer_index, round_bytes
 
 
 def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
@@ -71,7 +71,7 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
         np.copyto(out, x)
         return
     in_place = np.may_share_memory(x, out)
-    for lo, hi in chunks(ep.chunk_bytes(x), m, x.itemsize, parts=n - 1):
+    for lo, hi in chunks(round_bytes(ep, x), m, x.itemsize, parts=n - 1):
         c = hi - lo
         each = (n - 1) * c * x.itemsize  # a peer reads one piece
         v = ep.exchange([x[i * m + lo:i * m + hi] for i in range(n) if i != r],
