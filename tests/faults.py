@@ -198,12 +198,16 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
                 os._exit(1)
             write(outdir, r, state="no error")
         elif scenario == "trainer":
-            if r == 1:
-                delay = random.Random(os.getpid()).uniform(0.3, 1.5)
-                threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            # imported before the victim's timer starts (the trainer's import
+            # of ml_dtypes takes about half a second), so that the kill lands
+            # in the steps, not in the setup's split (on mpi, MPI_Comm_split
+            # waits for a dead peer: docs/reliability.md)
             from trainer.model import ModelConfig
             from trainer.strategies.base import TrainConfig
             from trainer.train import run
+            if r == 1:
+                delay = random.Random(os.getpid()).uniform(0.3, 1.5)
+                threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
             run(TrainConfig(strategy=calls, steps=10000, batch=32, bucket_mb=0.25,
                             model=ModelConfig(d_in=64, width=256, layers=4, d_out=64)),
                 comm, progress=False, table=False)
