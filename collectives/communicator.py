@@ -390,6 +390,10 @@ class Communicator(HostsInfo):
         color = v.integer(c, "color", color)
         key = self.rank if key is None else v.integer(c, "key", key)
         self._exec.drain()
+        # MPI_Comm_split waits for a dead peer without a timeout: a barrier of
+        # ours first (PeerFailure or CollectiveTimeout, never a hang), so that
+        # the ranks enter it together and only a death inside it can hang
+        self.barrier()
         from mpi4py import MPI
         sub = self._mpi.Split(MPI.UNDEFINED if color < 0 else color, key)
         if sub == MPI.COMM_NULL:

@@ -11,6 +11,8 @@ raise: rank 1's transport raises after a random number of messages, inside
        catch it would) and every survivor must raise PeerFailure or
        CollectiveTimeout.
 trainer: rank 1 SIGKILLs itself at a random moment of a DDP training step.
+split: rank 1 SIGKILLs itself at once; the others call comm.split, which
+       must raise PeerFailure or CollectiveTimeout (not wait in MPI forever).
 uncaught: rank 1 raises an uncaught exception while the others wait in a
        barrier: the excepthook that cc.init installs aborts the whole job.
 stall: the last rank arrives late, but before the timeout; the others log
@@ -200,8 +202,8 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
         elif scenario == "trainer":
             # imported before the victim's timer starts (the trainer's import
             # of ml_dtypes takes about half a second), so that the kill lands
-            # in the steps, not in the setup's split (on mpi, MPI_Comm_split
-            # waits for a dead peer: docs/reliability.md)
+            # in the steps, not in the setup's splits (a death inside
+            # MPI_Comm_split itself can hang: docs/reliability.md)
             from trainer.model import ModelConfig
             from trainer.strategies.base import TrainConfig
             from trainer.train import run
@@ -211,6 +213,11 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
             run(TrainConfig(strategy=calls, steps=10000, batch=32, bucket_mb=0.25,
                             model=ModelConfig(d_in=64, width=256, layers=4, d_out=64)),
                 comm, progress=False, table=False)
+            write(outdir, r, state="no error")
+        elif scenario == "split":
+            if r == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            comm.split(0)
             write(outdir, r, state="no error")
         elif scenario == "stall":
             if r == n - 1:
@@ -235,7 +242,7 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
               traceback=traceback.format_exc()[-3000:])
         os._exit(3)
     watchdog.cancel()
-    skip = {1} if scenario in ("kill", "raise", "trainer") else set() if scenario == "slow" \
+    skip = {1} if scenario in ("kill", "raise", "trainer", "split") else set() if scenario == "slow" \
         else {n - 1}
     linger(outdir, n, skip=skip)
     os._exit(0)

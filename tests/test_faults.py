@@ -209,6 +209,14 @@ def test_fault_inside_each_collective(i, family, mode, transport):
     _survivors_fail(res, n, transport, family, told=mode == "raise")
 
 
+@pytest.mark.parametrize("transport", ["shm", "mpi"])
+def test_killed_rank_before_split(transport):
+    """Rank 1 is SIGKILLed as the others call split: they raise PeerFailure
+    (split starts with a barrier of ours; MPI_Comm_split alone would wait
+    for the dead rank forever)."""
+    _survivors_fail(fault_job(3, "split", transport, []), 3, transport, "split")
+
+
 @pytest.mark.parametrize("strategy,transport", [("ddp", "shm"), ("zero3", "mpi")])
 def test_fault_inside_a_trainer_step(strategy, transport):
     _survivors_fail(fault_job(3, "trainer", transport, [strategy]), 3, transport, strategy)
