@@ -18,12 +18,27 @@ from .one_copy import one_copy_only, read_all, regions_or_staged
 from .ranks import chunks, peer_index, round_bytes
 
 
-def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``x``, copied where ``out`` overlaps it, once its own block is in ``out``."""
-    if out is x or np.may_share_memory(out, x):
+def _prepare(ep: Endpoint, x: np.ndarray, out: np.ndarray, whole: bool = False) -> np.ndarray:
+    """``x``, copied where ``out`` overlaps it (in place, the peers' blocks
+    only: ``_kept``; ``whole``: all of it), once its own block is in ``out``."""
+    if out is x and not whole:
+        return _kept(ep, x)
+    if np.may_share_memory(out, x):
         x = x.copy()
     _own(ep, x, out)
     return x
+
+
+def _kept(ep: Endpoint, x: np.ndarray) -> np.ndarray:
+    """In place (``out is x``): the blocks that go to the peers, copied out of
+    ``x`` before it is overwritten, at their places in an array of x's size;
+    this rank's own block stays where it is in ``x`` (it is not copied, and
+    that block of the array returned is never read)."""
+    m, r = x.size // ep.size, ep.rank
+    keep = np.empty_like(x)
+    np.copyto(keep[:r * m], x[:r * m])
+    np.copyto(keep[(r + 1) * m:], x[(r + 1) * m:])
+    return keep
 
 
 def _own(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
@@ -75,23 +90,29 @@ def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Each rank reads block ``rank`` of every peer's ``x`` straight into
     ``out``, then copies its own (in place, x is copied first: the peers
     read it while out fills)."""
-    if out is x or np.may_share_memory(out, x):
-        x = x.copy()
     if ep.size == 1:
-        _own(ep, x, out)
+        if out is not x:
+            _own(ep, x, out)
         return
-    _one_copy(ep, ep.expose(x), x, out)
+    own = out is not x
+    if not own:
+        x = _kept(ep, x)
+    elif np.may_share_memory(out, x):
+        x = x.copy()
+    _one_copy(ep, ep.expose(x), x, out, own)
 
 
-def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:
+def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray, own: bool = True) -> None:
     """``one_copy`` once ``x`` (apart from ``out``) is published (``rem``):
     the reads first (N = 2: 0-13 % sooner than the own block first,
-    performance.md), then the own block."""
+    performance.md), then the own block (``own``: not where it is in
+    ``out`` already)."""
     n, r = ep.size, ep.rank
     m = out.size // n
     b = m * out.itemsize
     read_all(rem, ep, lambda p: (r * b, out[p * m:(p + 1) * m]), streaming.copier(out, n))
-    _own(ep, x, out)
+    if own:
+        _own(ep, x, out)
     rem.done(sent=(n - 1) * b)
 
 
@@ -113,8 +134,9 @@ def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 
     def from_regions(rem):
         _one_copy(ep, rem, x, out)
+    cma = ep.size > 2 or ep.size * x.nbytes >= ONE_COPY_BYTES
     regions_or_staged(ep, x if apart else None, from_regions, lambda: staged(ep, x, out),
-                      plain=from_regions if ep.size > 2 else None)
+                      plain=from_regions if cma else None)
 
 
 ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy,
@@ -128,9 +150,7 @@ IN_PLACE_BYTES = 4 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    if one_copy and size * nbytes >= ONE_COPY_BYTES:
-        return "one_copy"
-    if one_copy and nbytes >= IN_PLACE_BYTES:
+    if one_copy and (nbytes >= IN_PLACE_BYTES or size * nbytes >= ONE_COPY_BYTES):
         # on communicator-allocated arrays 1.5-1.7x MPICH at 4 MiB where
         # direct gave 0.9-1.1x; on plain arrays one copy from the same
         # publication (in_place's docstring; performance.md)

@@ -302,9 +302,11 @@ class Communicator(HostsInfo):
         self._open(c)
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
-        out, _ = args.result(c, x, out, x.shape, "the shape of x", self._device)
+        out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         name, alg = self._pick(c, algorithm, x.nbytes)
-        return self._move(c, alg, (x.reshape(-1), out.reshape(-1)), out, async_op,
+        of = out.reshape(-1)
+        xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
+        return self._move(c, alg, (xf, of), out, async_op,
                           (x.size, x.dtype, None, None, name), x)
 
     def all_reduce(self, x: np.ndarray, out: np.ndarray | None = None, op="sum", *,

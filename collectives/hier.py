@@ -256,7 +256,7 @@ def all_to_all(ep, x: np.ndarray, out: np.ndarray) -> None:
     """Blocks for ranks of other hosts as MPI messages, posted first; those for
     this host's ranks through shared memory meanwhile; then the messages end."""
     loc, n, m = ep.local, ep.size, out.size // ep.size
-    x = _a2a._prepare(ep, x, out)  # a copy where out is x
+    x = _a2a._prepare(ep, x, out, whole=True)  # a copy where out is x
     here = ep.members[ep.hosts.host]
     away = [p for p in range(n) if ep.hosts.host_of[p] != ep.hosts.host]
     reqs = [ep.flat.irecv(out[p * m:(p + 1) * m], p) for p in away]
