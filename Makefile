@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 
-.PHONY: test bench bench-all benchmark-micro soak mutants venv clean test-mismatch test-hosts
+.PHONY: test bench bench-all bench-median benchmark-micro soak mutants venv clean test-mismatch test-hosts
 
 venv: $(VENV)/.installed
 
@@ -26,6 +26,19 @@ bench-all: venv
 	for n in 2 4; do for alloc in numpy comm; do \
 	  $(MPIEXEC) -n $$n $(PY) -m bench all -b 1K -e 64M -f 4 --check --alloc $$alloc || exit 1; \
 	done; done
+
+# the ratios of the targets (1 MiB to 64 MiB) as medians over JOBS repeated
+# jobs, alternated: N = 2 and 4, plain and communicator-allocated arrays; the
+# JSON of every job in bench-out/, the table from bench.summary --across
+JOBS ?= 3
+bench-median: venv
+	rm -rf bench-out && mkdir -p bench-out
+	for j in $$(seq $(JOBS)); do for n in 2 4; do for alloc in numpy comm; do \
+	  $(MPIEXEC) -n $$n $(PY) -m bench all -b 1M -e 64M -f 4 --check --alloc $$alloc \
+	    --json bench-out/n$$n-$$alloc-$$j.json > bench-out/n$$n-$$alloc-$$j.txt || exit 1; \
+	  echo "job $$j: N = $$n, $$alloc arrays done"; \
+	done; done; done
+	$(PY) -m bench.summary --across bench-out/*.json
 
 # all_reduce on 2 emulated hosts of 2 ranks each (an MPMD launch, one
 # COLLECTIVES_HOST per host): hier beside the flat mpi transport and MPI's own

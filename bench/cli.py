@@ -177,7 +177,7 @@ def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, t
     res = report.Result(collective=name, n=comm.size, transport=comm.transport,
                         dtype=str(a.dtype), op=a.op if cls.reducing else "none",
                         root=a.root if cls.rooted else -1, memcpy_gbps=memcpy,
-                        repeat=a.repeat,
+                        repeat=a.repeat, alloc=a.alloc,
                         baseline="NCCL" if nccl is not None else
                         "MPI-op" if cls.reducing and a.dtype == BFLOAT16 else "MPI")
     if rank0 and res.baseline == "MPI-op":

@@ -23,11 +23,12 @@ class Result:
     repeat: int = 1                # rounds per size
     rows: list[Row] = dataclasses.field(default_factory=list)
     baseline: str = "MPI"  # whose collective the mpi_* columns measure: MPI or NCCL
+    alloc: str = "numpy"   # our buffers: plain arrays or communicator-allocated ("comm")
 
     def as_json(self) -> dict:
         d = {k: getattr(self, k) for k in
              ("collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps",
-              "repeat", "baseline")}
+              "repeat", "baseline", "alloc")}
         d["rows"] = [r.as_json() for r in self.rows]
         return d
 

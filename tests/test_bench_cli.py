@@ -154,7 +154,7 @@ def test_all_reduce_checked_rows(tmp_path):
                "--json", str(out))
     res = json.loads(out.read_text())
     _check_result(res, "all_reduce", 2)
-    assert res["repeat"] == 3  # the default
+    assert res["repeat"] == 3 and res["alloc"] == "numpy"  # the defaults
     assert [r["bytes"] for r in res["rows"]] == [8, 64, 512, 4096, 32768]
     for r in res["rows"]:  # all_reduce: busbw = algbw * 2(n-1)/n = algbw at n=2
         assert r["busbw"] == pytest.approx(r["algbw"])
@@ -170,6 +170,32 @@ def test_all_reduce_checked_rows(tmp_path):
     assert "median over rounds" in p.stdout, p.stdout
     md = summary.table([res], None)
     assert "in-place time (us)" in md and md.count("\n| all_reduce |") == 5, md
+
+
+def test_summary_across_jobs():
+    """--across: per (N, transport, alloc) table, each cell the median of the
+    jobs' ratios with the lowest and highest; sizes filter; rows without a
+    ratio are left out."""
+    def job(ratios, alloc="numpy", n=2):
+        rows = [{"bytes": b, "ratio": r, "algorithm": "auto:direct"} for b, r in ratios]
+        return [{"collective": "all_gather", "n": n, "transport": "shm", "alloc": alloc,
+                 "rows": rows}]
+    jobs = [job([(1 << 20, 0.9), (4 << 20, 2.0)]), job([(1 << 20, 1.2), (4 << 20, None)]),
+            job([(1 << 20, 1.1)]), job([(1 << 20, 3.0)], alloc="comm"),
+            [{"collective": "all_gather", "n": 4, "transport": "shm", "rows": [
+                {"bytes": 1 << 20, "ratio": 0.5, "algorithm": "ring"}]}]]  # no alloc: numpy
+    md = summary.across(jobs, None)
+    tables = md.split("N = ")[1:]
+    assert [t.splitlines()[0].split(":")[0] for t in tables] == [
+        "2, transport shm, comm arrays", "2, transport shm, numpy arrays",
+        "4, transport shm, numpy arrays"], md
+    assert "| all_gather | 3.00 (3.00-3.00, 1) `direct` |" in tables[0], md
+    assert "| 1 MiB | 4 MiB |" in tables[1], md
+    assert "| all_gather | 1.10 (0.90-1.20, 3) `direct` | 2.00 (2.00-2.00, 1) `direct` |" \
+        in tables[1], md
+    assert "0.50 (0.50-0.50, 1) `ring`" in tables[2], md
+    only = summary.across(jobs, {4 << 20})
+    assert "| 4 MiB |" in only and "1 MiB" not in only and "comm arrays" not in only, only
 
 
 def test_all_collectives_three_ranks(tmp_path):
