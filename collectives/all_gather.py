@@ -96,14 +96,15 @@ IN_PLACE_TWO_BYTES = 2 << 20
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     """One round through the exchange buffers while a block fits them; then the
     ring (Bruck's fewer rounds lose to direct below and to the ring's single
-    copy per block above).  Through shared memory, direct at every size from 3
-    ranks (it needs no context switch per step); where the peers read each
-    other's memory, once the output outgrows the caches: one copy at N = 2,
-    and from 3 ranks ``in_place`` (direct's half-megabyte rounds beat
+    copy per block above).  Through shared memory, direct at every size (it
+    needs no context switch per step; at N = 2 its half-megabyte rounds beat
+    the ring from 64 KiB to 8 MiB, docs/performance.md); where the peers read
+    each other's memory, once the output outgrows the caches: one copy at
+    N = 2, and from 3 ranks ``in_place`` (direct's half-megabyte rounds beat
     process_vm_readv there at every size measured; the mappings of
     communicator-allocated arrays beat both)."""
     if one_copy and size * nbytes >= ONE_COPY_BYTES:
         return "one_copy" if size == 2 else "in_place"
     if one_copy and size == 2 and size * nbytes >= IN_PLACE_TWO_BYTES:
-        return "in_place"  # the ring on plain arrays, with one publication more
-    return "direct" if nbytes <= 32 * 1024 or (shared and size > 2) else "ring"
+        return "in_place"  # direct on plain arrays, with one publication more
+    return "direct" if nbytes <= 32 * 1024 or shared else "ring"
