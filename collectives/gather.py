@@ -122,8 +122,13 @@ def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
 def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     """Every other rank writes its ``x`` straight into its block of root's
     ``out`` while root copies its own: one copy per block, the N blocks
-    copied at once (root reading them all would copy N-1 of them alone)."""
+    copied at once (root reading them all would copy N-1 of them alone).
+    At N = 2, from blocks of SPLIT_BLOCK_BYTES, root then reads the last
+    third of its peer's block itself (``_split``) while the peer writes the
+    rest: its own copy alone is shorter than the peer's write."""
     n, m, me = ep.size, x.size, ep.rank
+    if n == 2 and x.nbytes >= SPLIT_BLOCK_BYTES:
+        return _split(ep, x, out, root)
     rem = ep.expose(out if me == root else None) if n > 1 else None
     if me == root and not _is_block(out, root, x):
         np.copyto(out[root * m:(root + 1) * m], x)
@@ -132,6 +137,29 @@ def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     if me != root:
         rem.write(root, me * x.nbytes, x, streaming.copier(x, n))
     rem.done(received=(n - 1) * x.nbytes if me == root else 0)
+
+
+def _split(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
+    """``gather_one_copy`` at N = 2 with the copy of the peer's block shared:
+    both publish (root its ``out``, the peer its ``x``); the peer writes the
+    block but its last third (from a 4 KiB boundary) into root's ``out``,
+    root copies its own block and then reads that third.  Each counts what
+    it copies, and in ``done`` what the other copied of its array."""
+    m, me, isz = x.size, ep.rank, x.itemsize
+    peer = 1 - me
+    tail, page = m // 3, max(1, 4096 // isz)  # the elements root reads
+    if tail > page:
+        tail -= tail % page  # from a 4 KiB boundary of the block
+    head = m - tail
+    rem = ep.expose(out if me == root else x)
+    if me == root:
+        if not _is_block(out, root, x):
+            np.copyto(out[root * m:(root + 1) * m], x)
+        rem.read(peer, head * isz, out[peer * m + head:(peer + 1) * m])
+        rem.done(received=head * isz)
+    else:
+        rem.write(root, me * x.nbytes, x[:head], streaming.copier(x, 2))
+        rem.done(sent=tail * isz)
 
 
 @one_copy_only
@@ -156,6 +184,9 @@ SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear, "one_copy": s
 # one_copy where a block is this large, for gather and scatter alike (both
 # have every rank copy one block at once; docs/performance.md)
 ONE_COPY_BLOCK_BYTES = 2 << 20
+# gather's one_copy at N = 2 shares the peer's block with root from blocks
+# of this size (docs/performance.md, "Gather at N = 2: root reads a third")
+SPLIT_BLOCK_BYTES = 4 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:

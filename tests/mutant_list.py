@@ -130,6 +130,13 @@ MUTANTS: list[Mutant] = [
            "    np.copyto(out, x[root * m:(root + 1) * m])", "    np.copyto(out, x[:m])",
            **conformance(3, "shm", "scatter"),
            why="a root other than 0 keeps block 0 instead of its own"),
+    Mutant("gather_split_offset", "collectives", "collectives/gather.py",
+           "        rem.read(peer, head * isz, out[peer * m + head:(peer + 1) * m])",
+           "        rem.read(peer, 0, out[peer * m + head:(peer + 1) * m])",
+           tests=("tests/test_conformance.py::test_family_shm_rendezvous[2-gather]",),
+           env=(("CONFORMANCE_FAMILIES", "gather"),),
+           why="gather's shared copy at N = 2: root reads the head of its peer's block "
+               "into the tail's place"),
     Mutant("broadcast_ring_order", "collectives", "collectives/broadcast.py",
            "    order = [absolute(v, root, n) for v in range(n)]", "    order = list(range(n))",
            **conformance(3, "shm", "broadcast"),
