@@ -5,7 +5,7 @@
     mpiexec -n 2 python -m bench.probe latency     # where a small all-reduce's time goes
     mpiexec -n 4 python -m bench.probe share [--size 16M] [--reps R]   # reduction's share
     mpiexec -n N python -m bench.probe ab COLLECTIVE ALG[,ALG...] SIZE[,SIZE...] [--reps R]
-                                          [--alloc comm]
+                                          [--alloc comm] [--huge-pages on|off]
     mpiexec -n N python -m bench.probe small [SIZE,...] [--reps R]   # the small all-reduce's two rounds
     mpiexec -n N python -m bench.probe dtypes [SIZE,...] [--reps R]  # half types against float32
 
@@ -14,7 +14,10 @@ prints the median of each: interleaving keeps a machine whose speed drifts
 from favouring whichever ran first (the default choices come from it).
 ``ALG:plain`` runs ALG with no streaming stores in its copies into ``out``
 (as ``COLLECTIVES_STREAM_BYTES=0`` would), in the same job; ``--alloc comm``
-puts our buffers in communicator-allocated arrays (as ``bench --alloc comm``).
+puts our buffers in communicator-allocated arrays (as ``bench --alloc comm``);
+``--huge-pages off`` stops numpy from asking the kernel for transparent huge
+pages for its arrays of 4 MiB and more (``madvise(MADV_HUGEPAGE)``, numpy's
+default, ``on``), for MPI's buffers and ours alike.
 ``small`` does the same for ``comm.all_reduce(x, out)`` of a few bytes with
 its compiled round and with Python's (the kernels switched off around the
 loop) against ``MPI_Allreduce``, and prints time ratios to MPI (our time /
@@ -263,7 +266,12 @@ def main() -> None:
     a.add_argument("--reps", type=int, default=3)
     a.add_argument("--alloc", default="numpy", choices=("numpy", "comm"),
                    help="our buffers: plain numpy arrays or comm.empty ones (as bench --alloc)")
+    a.add_argument("--huge-pages", default="on", choices=("on", "off"),
+                   help="numpy's madvise(MADV_HUGEPAGE) of arrays from 4 MiB (default on)")
     args = p.parse_args()
+    if getattr(args, "huge_pages", "on") == "off":
+        core = getattr(np, "_core", None) or np.core  # numpy 2 / 1
+        core.multiarray._set_madvise_hugepage(False)
     import collectives as cc
     from mpi4py import MPI
     with cc.init("shm") as comm:

@@ -318,7 +318,7 @@ def test_a_wrong_baseline_is_not_counted_as_ours(tmp_path):
 def test_probes_print_their_figures():
     """The measurements that docs/performance.md quotes run and print numbers."""
     p = _bench(2, "ab", "all_reduce", "direct,two_shot,two_shot:plain", "4K,64K", "--reps", "1",
-               module="bench.probe")
+               "--huge-pages", "off", module="bench.probe")
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("N=2 all_reduce")]
     assert len(lines) == 2 and all("two_shot:plain" in ln and "MPI" in ln for ln in lines), \
         p.stdout
