@@ -52,6 +52,7 @@ from expected_traffic import ring_all_reduce_uneven  # noqa: E402
 BIG = (1 << 20) + 3  # "over a million elements"
 MODES = ("new", "inplace", "out")
 FULL_N = 3  # up to this size every root x op x dtype x out mode is run; above, a sample
+SWEEP_N = 5  # up to this size every algorithm takes every dtype with every op; above, one op
 COMMS = ("world", "dup", "split")
 SALT = {"world": 0, "dup": 100_000, "split": 200_000}  # + 100,000 x color for split
 # set (not empty): the world communicator runs the lite plan too (the
@@ -86,6 +87,11 @@ def kept(fn, *args) -> np.ndarray:
             v.flags.writeable = False
             _kept[key] = v
     return v
+
+
+def block(shape: tuple) -> int:
+    """The elements of one block of a blocked shape (N, ...)."""
+    return int(np.prod(shape[1:], dtype=np.int64))
 
 
 def mk(dtype, shape, rank: int, seed: int, op: str = "sum"):
@@ -241,7 +247,9 @@ def plan(spec: Spec, n: int, alg_index: int, lite: bool) -> list[Case]:
     ``n <= FULL_N`` the sweep and the counts at every root in every out mode;
     above, the sweep takes one root and one mode a case (every seventh case
     every mode), turning so that each dtype sees every mode where it has as
-    many ops, and the counts one mode a case.  Lite:
+    many ops, and the counts one mode a case.  Above ``SWEEP_N`` the sweep
+    takes each dtype with one op, turning with the dtype and the algorithm,
+    and the counts one root a case.  Lite:
     the dtype/op pairs of ``LITE`` at the sweep shape and two counts,
     turning through the roots 0, n//2, n-1 and the modes.  Every plan has
     every out mode of the call.
@@ -264,6 +272,9 @@ def plan(spec: Spec, n: int, alg_index: int, lite: bool) -> list[Case]:
     cases: list[Case] = []
     pairs = [(d, k, dtype, op) for d, dtype in enumerate(DTYPES)
              for k, op in enumerate(ops_for(dtype) if spec.reducing else [None])]
+    if n > SWEEP_N:  # each dtype with one op, turning with the algorithm
+        pairs = [(d, k, dtype, op) for d, k, dtype, op in pairs
+                 if (k - d - alg_index) % len(ops_for(dtype) if spec.reducing else [None]) == 0]
     for i, (d, k, dtype, op) in enumerate(pairs):
         if full:
             cases += [Case(dtype, op, spec.sweep(n), root, mode)
@@ -275,7 +286,9 @@ def plan(spec: Spec, n: int, alg_index: int, lite: bool) -> list[Case]:
     for c in counts(n):
         shape = (n, *shape_of(c)) if spec.blocked else shape_of(c)
         for d in spec.count_dtypes:
-            for root in roots:
+            # above SWEEP_N one root a count and dtype, turning (the sweep
+            # above has taken every root)
+            for root in roots if n <= SWEEP_N else [roots[len(cases) % len(roots)]]:
                 some = modes if full else [modes[len(cases) % len(modes)]]
                 cases += [Case(dt(d), "sum" if spec.reducing else None, shape, root, mode)
                           for mode in some]
@@ -350,7 +363,9 @@ def run_reduce(comm, alg, c: Case, seed: int) -> None:
 def run_reduce_scatter(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
     x = mk(c.dtype, c.shape, r, seed, c.op)
-    x0, want = x.copy(), kept(reduced, n, c.dtype, c.shape, c.op, seed)[r]
+    # block r of the reduction alone (make's offset: its elements r*blk on)
+    want = kept(reduced, n, c.dtype, c.shape[1:], c.op, seed, r * block(c.shape))
+    x0 = x.copy()
     o = x[r] if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
     got = comm.reduce_scatter(x, out=o, op=c.op, algorithm=alg)
     if c.mode == "inplace":  # the rest of x is left as it was
@@ -388,7 +403,9 @@ def run_all_gather(comm, alg, c: Case, seed: int) -> None:
 def run_all_to_all(comm, alg, c: Case, seed: int) -> None:
     n, r = comm.size, comm.rank
     x = mk(c.dtype, c.shape, r, seed)
-    x0, want = x.copy(), kept(stacked, n, c.dtype, c.shape, seed)[:, r]
+    x0 = x.copy()
+    want = np.stack([kept(make, c.dtype, c.shape[1:], j, seed, "sum", r * block(c.shape))
+                     for j in range(n)])  # block r of every rank's x alone
     o = x if c.mode == "inplace" else out_for(want) if c.mode == "out" else None
     got = comm.all_to_all(x, out=o, algorithm=alg)
     if o is not x:
@@ -463,7 +480,9 @@ def fam_default(comm, rec):
     algorithm the library picks.  Every other call: float32 at counts
     on either side of the choosers' switch points, the out modes turning."""
     n, s = comm.size, rec.salt + 50_000
-    pairs = LITE if rec.lite else [(d, op) for d in DTYPES for op in ops_for(d)]
+    pairs = LITE if rec.lite else [(d, op) for i, d in enumerate(DTYPES)
+                                   for k, op in enumerate(ops_for(d))
+                                   if n <= SWEEP_N or (k - i) % len(ops_for(d)) == 0]
     k = 0
     for dtype, op in pairs:
         dt = np.dtype(dtype)

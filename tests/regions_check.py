@@ -159,10 +159,12 @@ def run(comm, call: str, alg: str, dt, m: int, seed: int, place: str) -> None:
     if place in ("in", "plain"):
         out = np.empty(oshape, dt)
     root = seed % n
-    if call == "scatter":
-        x[...] = make(dt, xshape, root, seed)
-    else:
+    if call != "scatter":
         x[...] = make(dt, xshape, r, seed)
+    elif r == root:  # the other ranks' x is not read
+        x[...] = make(dt, xshape, root, seed)
+    # of the blocked inputs, block r only: elements r*m on (make's offset)
+    mine = {"offset": r * m}
     what = f"{call}/{alg} {dt} m={m} {place} n={n}"
     kw = {"algorithm": alg}
     if call == "all_reduce":
@@ -173,7 +175,7 @@ def run(comm, call: str, alg: str, dt, m: int, seed: int, place: str) -> None:
         if r == root:
             expect(got, reduced(n, dt, xshape, seed=seed), what)
     elif call == "reduce_scatter":
-        expect(comm.reduce_scatter(x, out=out, **kw), reduced(n, dt, xshape, seed=seed)[r], what)
+        expect(comm.reduce_scatter(x, out=out, **kw), reduced(n, dt, m, seed=seed, **mine), what)
     elif call == "broadcast":
         comm.broadcast(x, root=root, **kw)
         expect(x, make(dt, xshape, root, seed), what)
@@ -183,7 +185,7 @@ def run(comm, call: str, alg: str, dt, m: int, seed: int, place: str) -> None:
             x = out[r]
         expect(comm.all_gather(x, out=out, **kw), stacked(n, dt, m, seed), what)
     elif call == "all_to_all":
-        want = np.stack([make(dt, xshape, j, seed)[r] for j in range(n)])
+        want = np.stack([make(dt, m, j, seed, **mine) for j in range(n)])
         expect(comm.all_to_all(x, out=x if place == "in_place" else out, **kw), want, what)
     elif call == "gather":
         got = comm.gather(x, out=out if r == root else None, root=root, **kw)
@@ -191,7 +193,7 @@ def run(comm, call: str, alg: str, dt, m: int, seed: int, place: str) -> None:
             expect(got, stacked(n, dt, m, seed), what)
     else:
         got = comm.scatter(x if r == root else None, out, root=root, **kw)
-        expect(got, make(dt, xshape, root, seed)[r], what)
+        expect(got, make(dt, m, root, seed, **mine), what)
 
 
 def calls(comm) -> None:

@@ -3,15 +3,16 @@
 One job per (world size, transport) runs all the families of
 tests/conformance.py, each on the world communicator (every algorithm, dtype,
 op, root, count and out mode of its call: all crossed at N <= 3, sampled
-above) and on a duplicated and a split communicator (a representative part);
-each test below checks one family of one job.  The plans themselves are
+above, one op per dtype and algorithm above N = 5) and on a duplicated and
+a split communicator (a representative part); each test below checks one family of one job.  The plans themselves are
 checked here, in process: every out mode in every plan, the full cross at
 N <= 3.
 """
+import numpy as np
 import pytest
 
 from bench.data import DTYPES, ops_for
-from conformance import FAMILIES, FULL_N, SALT, SPECS, Recorder, plan
+from conformance import FAMILIES, FULL_N, SALT, SPECS, SWEEP_N, Recorder, plan
 from conftest import CMA, NO_ONE_COPY, NUMPY, TRANSPORTS, WORLD_SIZES, check_family
 
 
@@ -50,7 +51,9 @@ def test_family_one_copy_off(conformance, n, family):
 @pytest.mark.parametrize("n", WORLD_SIZES)
 def test_plans(n):
     """Every out mode in every plan; every dtype and root in the full ones; at
-    N <= FULL_N every root x op x dtype x out mode; seeds that tell cases apart."""
+    N <= FULL_N every root x op x dtype x out mode; up to SWEEP_N every dtype
+    x op per algorithm, above every op per algorithm and every dtype x op over
+    five; seeds that tell cases apart."""
     for call, spec in SPECS.items():
         roots = set(range(n)) if spec.rooted else {None}
         for lite in (False, True):
@@ -70,6 +73,19 @@ def test_plans(n):
                             for op in (ops_for(dt) if spec.reducing else [None])
                             for root in roots for mode in spec.modes}
                     assert want <= got, f"{where}: missing {sorted(want - got, key=str)[:5]}"
+                pairs = {(c.dtype, c.op) for c in cases}
+                if n <= SWEEP_N:
+                    assert pairs >= every_pair(spec), where
+                else:  # every op with some dtype
+                    assert {op for _, op in pairs} >= {op for _, op in every_pair(spec)}, where
+            if n > SWEEP_N:  # every dtype x op over five algorithms
+                over = {(c.dtype, c.op) for a in range(5) for c in plan(spec, n, a, False)}
+                assert over >= every_pair(spec), f"{call} n={n}"
+
+
+def every_pair(spec) -> set:
+    return {(np.dtype(dt), op) for dt in DTYPES
+            for op in (ops_for(dt) if spec.reducing else [None])}
 
 
 def test_failures_name_the_communicator():
