@@ -3,6 +3,7 @@
     mpiexec -n 2 python -m bench.probe coherence   # copying into memory a peer reads
     mpiexec -n 2 python -m bench.probe cma         # process_vm_readv against a local copy
     mpiexec -n 2 python -m bench.probe latency     # where a small all-reduce's time goes
+    mpiexec -n 2 python -m bench.probe huge [--size 4M] [--reps R]  # by the buffers' huge pages
     mpiexec -n 4 python -m bench.probe share [--size 16M] [--reps R]   # reduction's share
     mpiexec -n N python -m bench.probe ab COLLECTIVE ALG[,ALG...] SIZE[,SIZE...] [--reps R]
                                           [--alloc comm] [--huge-pages on|off]
@@ -15,6 +16,8 @@ from favouring whichever ran first (the default choices come from it).
 ``ALG:plain`` runs ALG with no streaming stores in its copies into ``out``
 (as ``COLLECTIVES_STREAM_BYTES=0`` would), in the same job; ``--alloc comm``
 puts our buffers in communicator-allocated arrays (as ``bench --alloc comm``);
+Each ``ab`` line ends with the share of every rank's input that huge pages
+back (``transports/_thp.py``; the same arrays are MPI's inputs).
 ``--huge-pages off`` stops numpy from asking the kernel for transparent huge
 pages for its arrays of 4 MiB and more (``madvise(MADV_HUGEPAGE)``, numpy's
 default, ``on``), for MPI's buffers and ours alike.
@@ -31,6 +34,8 @@ import os
 import time
 
 import numpy as np
+
+from transports import _thp
 
 
 def _timed(world, fn, iters: int) -> float:
@@ -86,6 +91,64 @@ def cma(comm, world, args) -> None:
         if r == 0:
             print(f"{nb >> 20:3d} MiB  process_vm_readv {nb / remote / 1e9:5.1f} GB/s   "
                   f"np.copyto {nb / local / 1e9:5.1f} GB/s   (per rank, all ranks at once)")
+
+
+_HUGE = 2 << 20
+_kept_maps: list = []
+
+
+def _backed(nbytes: int, share: float) -> np.ndarray:
+    """``nbytes`` of private anonymous memory from a 2 MiB boundary with huge
+    pages asked for on the first ``share`` of it (whole 2 MiB pages) and
+    forbidden on the rest, written once (so faulted in)."""
+    import mmap
+    m = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    _kept_maps.append(m)
+    a = np.frombuffer(m, np.uint8)
+    start = (-a.ctypes.data) % _HUGE
+    cut = int(nbytes * share) // _HUGE * _HUGE
+    if cut:
+        m.madvise(mmap.MADV_HUGEPAGE, start, cut)
+    if cut < nbytes:
+        m.madvise(mmap.MADV_NOHUGEPAGE, start + cut, nbytes - cut)
+    v = a[start:start + nbytes]
+    v[:] = 1
+    return v
+
+
+def huge(comm, world, args) -> None:
+    """process_vm_readv and all_to_all by the huge-page share of their
+    buffers: each rank reads half the peer's buffer (source and destination
+    each on huge pages or not), then ``all_to_all`` of ``--size`` with its
+    source and destination all, half or not on huge pages, alternated R
+    times against MPI_Alltoall on the same buffers (N = 2)."""
+    from transports import _cma
+    r, n, nb = world.Get_rank(), world.Get_size(), args.size
+    half = nb // 2
+    for src_huge, dst_huge in ((1, 1), (1, 0), (0, 1), (0, 0)):
+        x, o = _backed(nb, src_huge), _backed(nb, dst_huge)
+        pid, addr = world.allgather((os.getpid(), x.ctypes.data))[(r + 1) % n]
+        t = [_timed(world, lambda: _cma.read(pid, addr, o[:half]), 20) for _ in range(args.reps)]
+        if r == 0:
+            print(f"process_vm_readv of {half >> 10} KiB, source on huge pages {src_huge}, "
+                  f"destination {dst_huge}: {np.median(t) * 1e6:7.1f} us", flush=True)
+    algs = ("one_copy", "direct", "in_place")
+    for share in (1.0, 0.5, 0.0):
+        x, o = _backed(nb, share).view(np.float32), _backed(nb, share).view(np.float32)
+        xs, os_ = x.reshape(n, -1), o.reshape(n, -1)
+        fns = {a: (lambda a=a: comm.all_to_all(xs, out=os_, algorithm=a)) for a in algs}
+        fns["MPI"] = lambda: world.Alltoall(x, o)
+        res: dict = {k: [] for k in fns}
+        for _ in range(args.reps):
+            for k, fn in fns.items():
+                res[k].append(_timed(world, fn, 10))
+        shares = world.gather(_thp.huge_share(x))
+        if r == 0:
+            med = {k: float(np.median(v)) * 1e6 for k, v in res.items()}
+            cells = "  ".join(f"{a} {med[a]:7.1f}" for a in algs)
+            print(f"all_to_all {nb >> 20} MiB, buffers {share:.0%} on huge pages (x: "
+                  + "/".join(f"{s:.2f}" for s in shares) + f"): {cells}  MPI {med['MPI']:7.1f} us",
+                  flush=True)
 
 
 def latency(comm, world, args) -> None:
@@ -183,11 +246,15 @@ def ab(comm, world, args) -> None:
         for _ in range(args.reps):
             for k, fn in fns.items():
                 res[k].append(_timed(world, fn, iters))
+        src = next((a for a in (getattr(case, k, None) for k in ("x", "buf"))
+                    if isinstance(a, np.ndarray)), None)
+        shares = world.gather(_thp.huge_share(src))  # the input's, MPI's too
         if comm.rank == 0:
             med = {k: float(np.median(v)) * 1e6 for k, v in res.items()}
             cells = "  ".join(f"{a} {med[a]:9.1f} ({med['MPI'] / med[a]:4.2f}x)" for a in algs)
-            print(f"N={comm.size} {args.collective} {nbytes:>9} B  {cells}  MPI {med['MPI']:9.1f} us",
-                  flush=True)
+            huge = "/".join(f"{s:.2f}" for s in shares)
+            print(f"N={comm.size} {args.collective} {nbytes:>9} B  {cells}  MPI {med['MPI']:9.1f} us"
+                  f"  (input on huge pages: {huge})", flush=True)
 
 
 def small(comm, world, args) -> None:
@@ -247,6 +314,9 @@ def main() -> None:
     sub = p.add_subparsers(dest="probe", required=True)
     for name in ("coherence", "cma", "latency"):
         sub.add_parser(name)
+    hg = sub.add_parser("huge")
+    hg.add_argument("--size", type=parse_size, default=4 << 20)
+    hg.add_argument("--reps", type=int, default=5)
     sh = sub.add_parser("share")
     sh.add_argument("--size", type=parse_size, default=16 << 20)
     sh.add_argument("--reps", type=int, default=5)
@@ -276,7 +346,7 @@ def main() -> None:
     from mpi4py import MPI
     with cc.init("shm") as comm:
         {"coherence": coherence, "cma": cma, "latency": latency, "share": share, "ab": ab,
-         "small": small, "dtypes": dtypes}[args.probe](
+         "small": small, "dtypes": dtypes, "huge": huge}[args.probe](
             comm, MPI.COMM_WORLD, args)
 
 

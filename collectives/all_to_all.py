@@ -126,7 +126,10 @@ def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     against the staged ``direct``'s 0.84-0.90x); else the staged choice
     (one_copy.py's ``regions_or_staged``: the first publication decides).
     At N = 2 ``direct``'s half-megabyte rounds beat process_vm_readv (4 and
-    8 MiB: 175 and 495 us against 227 and 539, docs/performance.md)."""
+    8 MiB: 175 and 495 us against 227 and 539, docs/performance.md) but
+    where huge pages back at least one_copy.HUGE_SHARE of every rank's
+    ``x``: such sources read about three times faster (4 MiB: 140 us
+    against 175, performance.md, "Huge pages")."""
     if ep.size == 1:
         return one_copy(ep, x, out)
     staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
@@ -136,7 +139,7 @@ def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
         _one_copy(ep, rem, x, out)
     cma = ep.size > 2 or ep.size * x.nbytes >= ONE_COPY_BYTES
     regions_or_staged(ep, x if apart else None, from_regions, lambda: staged(ep, x, out),
-                      plain=from_regions if cma else None)
+                      plain=from_regions if cma else None, huge=from_regions)
 
 
 ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy,

@@ -168,12 +168,14 @@ class Endpoint:
         self.waitall(reqs)
         return rows
 
-    def expose(self, buf):
+    def expose(self, buf, huge: bool = False):
         """Publish where ``buf`` (a contiguous array, or None) lies so that the
         peers read it in place; returns, once every peer has published its
         own, an object with ``read(peer, offset, dest)``, ``piece(peer,
-        offset, nbytes, scratch)`` and ``done(sent)`` (transports/shm_direct.py).
-        Only where ``one_copy`` is true."""
+        offset, nbytes, scratch)``, ``huge(share)`` (with ``huge``: whether
+        huge pages back that share of every rank's source) and
+        ``done(sent)`` (transports/shm_direct.py).  Only where ``one_copy``
+        is true."""
         raise NotImplementedError(f"{type(self).__name__} has no one-copy path")
 
     def chunk_bytes(self, a) -> int:

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from . import _cma
+from . import _cma, _thp
 from .base import as_bytes
 from .errors import CollectiveError, PeerFailure, mismatched
-from .shm_segment import D_ADDR, D_BYTES, D_CALL, D_DONE, D_KEY, D_POSTED
+from .shm_segment import D_ADDR, D_BYTES, D_CALL, D_DONE, D_HUGE, D_KEY, D_POSTED
 
 if TYPE_CHECKING:
     from .shm import ShmTransport
@@ -54,15 +54,18 @@ class Direct:
         self.block_of = dict(zip(peers, self.theirs))
         self.seq = 0
 
-    def expose(self, ep, buf) -> Remote:
+    def expose(self, ep, buf, huge: bool = False) -> Remote:
         """Publish ``buf`` (a contiguous array, or None: nothing to read here)
         for endpoint ``ep``'s collective (its tag and call size); returns
-        once every peer has published too, with what they published."""
+        once every peer has published too, with what they published.
+        ``huge``: publish too how much of ``buf`` huge pages back (``_thp``;
+        a few microseconds), for ``Remote.huge``."""
         t, q, tag, key = self.t, self.t.q64, ep.tag, ep.key
         self.seq = k = self.seq + 1
         w = self.mine
         q[w + D_ADDR] = 0 if buf is None or not buf.nbytes else buf.ctypes.data
         q[w + D_BYTES] = 0 if buf is None else buf.nbytes
+        q[w + D_HUGE] = int(1000 * _thp.huge_share(buf)) if huge else 0
         q[w + D_CALL] = tag
         q[w + D_KEY] = key
         q[w + D_POSTED] = k
@@ -127,6 +130,13 @@ class Remote:
             return False
         q = self.d.t.q64
         return all(q[i + D_BYTES] for i in self.d.block_of.values())
+
+    def huge(self, share: float) -> bool:
+        """Whether huge pages back at least ``share`` of every rank's published
+        source (published with ``huge``; every rank reads the same words, so
+        every rank gets the same answer)."""
+        q, d = self.d.t.q64, self.d
+        return all(q[i + D_HUGE] >= 1000 * share for i in (d.mine, *d.block_of.values()))
 
     def _where(self, p: int, off: int, n: int) -> int:
         """The address of bytes [off, off + n) of peer p's source, checked."""

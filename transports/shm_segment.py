@@ -70,7 +70,8 @@ HEADER_FIELDS = 6
 # collective and call size it belongs to, and the number of the last
 # publication whose reads r has finished.
 DIRECT_BLOCK = 64
-D_POSTED, D_ADDR, D_BYTES, D_CALL, D_KEY, D_DONE = range(6)
+# D_HUGE: the share of the source that huge pages back, in 1/1000 (where asked)
+D_POSTED, D_ADDR, D_BYTES, D_CALL, D_KEY, D_DONE, D_HUGE = range(7)
 
 
 def align(n: int, a: int) -> int:

@@ -377,11 +377,12 @@ class ShmEndpoint(Endpoint):
         return sorted({r.peer for r in pending if not r.finished})
 
     # -- one copy: peers read a source where it lies ----------------------------
-    def expose(self, buf) -> Remote:
-        """Publish where ``buf`` lies, for the peers to read in place (``shm_direct``)."""
+    def expose(self, buf, huge: bool = False) -> Remote:
+        """Publish where ``buf`` lies, for the peers to read in place
+        (``shm_direct``; ``huge``: with its share on huge pages)."""
         if self.direct is None:
             return super().expose(buf)
-        return self.direct.expose(self, buf)
+        return self.direct.expose(self, buf, huge)
 
     # -- exchange through the exchange buffers -------------------------------
     def stage(self, count: int, like: np.ndarray) -> np.ndarray:
