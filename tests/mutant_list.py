@@ -159,6 +159,10 @@ MUTANTS: list[Mutant] = [
            "            if r.tag == tag:", "            if True:",
            **conformance(2, "shm", "p2p"),
            why="a message goes to the oldest posted receive from its sender, whatever its tag"),
+    Mutant("huge_share_own_only", "transports", "transports/shm_direct.py",
+           "for i in (d.mine, *d.block_of.values()))", "for i in (d.mine,))",
+           ("tests/test_one_copy.py::test_in_place_all_to_all_reads_where_huge_pages_back_every_source",),
+           "each rank decides on its own source's huge pages alone: ranks take different paths"),
     # -- the trainer -----------------------------------------------------------------------
     Mutant("zero_accumulation_lost", "trainer", "trainer/strategies/zero.py",
            "                    piece += own", "                    piece[:] = own",
