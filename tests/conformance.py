@@ -53,6 +53,9 @@ BIG = (1 << 20) + 3  # "over a million elements"
 MODES = ("new", "inplace", "out")
 FULL_N = 3  # up to this size every root x op x dtype x out mode is run; above, a sample
 SWEEP_N = 5  # up to this size every algorithm takes every dtype with every op; above, one op
+# CONFORMANCE_NO_SWEEP (main): no dtype x op sweep, for jobs whose settings
+# change nothing below 4 KiB (the sweep's cases are a few hundred bytes)
+NO_SWEEP = False
 COMMS = ("world", "dup", "split")
 SALT = {"world": 0, "dup": 100_000, "split": 200_000}  # + 100,000 x color for split
 # set (not empty): the world communicator runs the lite plan too (the
@@ -249,7 +252,7 @@ def plan(spec: Spec, n: int, alg_index: int, lite: bool) -> list[Case]:
     every mode), turning so that each dtype sees every mode where it has as
     many ops, and the counts one mode a case.  Above ``SWEEP_N`` the sweep
     takes each dtype with one op, turning with the dtype and the algorithm,
-    and the counts one root a case.  Lite:
+    and the counts one root a case.  ``NO_SWEEP``: no sweep.  Lite:
     the dtype/op pairs of ``LITE`` at the sweep shape and two counts,
     turning through the roots 0, n//2, n-1 and the modes.  Every plan has
     every out mode of the call.
@@ -272,7 +275,9 @@ def plan(spec: Spec, n: int, alg_index: int, lite: bool) -> list[Case]:
     cases: list[Case] = []
     pairs = [(d, k, dtype, op) for d, dtype in enumerate(DTYPES)
              for k, op in enumerate(ops_for(dtype) if spec.reducing else [None])]
-    if n > SWEEP_N:  # each dtype with one op, turning with the algorithm
+    if NO_SWEEP:
+        pairs = []
+    elif n > SWEEP_N:  # each dtype with one op, turning with the algorithm
         pairs = [(d, k, dtype, op) for d, k, dtype, op in pairs
                  if (k - d - alg_index) % len(ops_for(dtype) if spec.reducing else [None]) == 0]
     for i, (d, k, dtype, op) in enumerate(pairs):
@@ -692,6 +697,9 @@ def run_family(name: str, transport: str, label: str) -> Recorder:
 def main(argv: list[str]) -> int:
     transport, outdir, *names = argv
     names = names or list(FAMILIES)
+    if os.environ.get("CONFORMANCE_NO_SWEEP"):
+        global NO_SWEEP
+        NO_SWEEP = True
     if os.environ.get("CONFORMANCE_GATHER_SPLIT"):
         # gather's one_copy at N = 2 shares the copy of every block, not only
         # of blocks from 4 MiB: the small cases here run its split too

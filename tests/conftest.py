@@ -13,11 +13,12 @@ from launch import ROOT, run_mpi
 WORLD_SIZES = list(range(1, 9))
 TRANSPORTS = ["shm", "mpi"]
 # shm with its rendezvous (process_vm_readv) path on for messages of 4 KiB and up,
-# and 4 KiB exchange buffers (the staged algorithms run many rounds)
+# and 4 KiB exchange buffers (the staged algorithms run many rounds); the
+# dtype x op sweep's cases (a few hundred bytes) would run as in the shm job
 CMA = "shm+cma"
 CMA_ENV = {"COLLECTIVES_SHM_CMA_BYTES": "4096", "COLLECTIVES_SHM_XCHG_BYTES": "4096",
            # gather's one_copy at N = 2 shares every block (conformance.py)
-           "CONFORMANCE_GATHER_SPLIT": "1"}
+           "CONFORMANCE_GATHER_SPLIT": "1", "CONFORMANCE_NO_SWEEP": "1"}
 # the cuda transport over tests/standin, a host stand-in for CuPy (no GPU needed)
 STANDIN = "cuda+standin"
 # shm with the compiled reduction kernels off: every reduction through numpy

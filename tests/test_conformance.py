@@ -31,10 +31,12 @@ def test_family_shm_rendezvous(conformance, n, family):
 
 
 @pytest.mark.parametrize("family", ["all_reduce", "reduce", "reduce_scatter", "default"])
-@pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.parametrize("n", [3])
 def test_family_numpy_reductions(conformance, n, family):
     """The reducing calls with the compiled kernels off (COLLECTIVES_KERNELS=0):
-    the numpy fallback gives the same results, half precision included."""
+    the numpy fallback gives the same results, half precision included (at
+    N = 3, the full cross; test_kernels.py compares the two bit for bit at
+    every input count)."""
     check_family(conformance(n, NUMPY), family)
 
 
