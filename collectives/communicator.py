@@ -192,7 +192,9 @@ class Communicator(HostsInfo):
             if isinstance(e, CollectiveError):
                 e.call = e.call or call
             self._broken = e
-            if _news(e):  # the other ranks would wait for this one until their timeout
+            if _news(e) or (isinstance(e, PeerFailure) and not getattr(e, "relayed", False)
+                            and self._t.relays_deaths):
+                # the other ranks would wait for this one until their timeout
                 what = e.detail if isinstance(e, CollectiveError) else f"{type(e).__name__}: {e}"
                 self._t.notify(seq, f"rank {self.rank} detected an error in {call} #{seq}: "
                                     f"{what}")

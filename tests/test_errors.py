@@ -21,3 +21,18 @@ def test_errors_are_the_documented_types():
     assert issubclass(cc.CollectiveTimeout, TimeoutError)
     assert issubclass(cc.PeerFailure, cc.CollectiveError)
     assert cc.SUM == "sum" and cc.AVG == "avg"
+
+
+def test_a_relayed_death_is_a_peer_failure_naming_the_dead():
+    """The notice of a rank that found peers dead (the mpi transport relays
+    it: test_faults.py) is raised as PeerFailure naming them; any other
+    notice as CollectiveError naming the rank that told."""
+    from transports.errors import peer_notice
+    e = peer_notice(2, "rank 2 detected an error in all_reduce #5: rank(s) [1, 3] died "
+                       "during all_reduce")
+    assert type(e) is cc.PeerFailure and e.ranks == [1, 3] and e.relayed
+    e = peer_notice(2, "rank 2 detected an error in gather #9: message from rank 1 failed: x")
+    assert type(e) is cc.CollectiveError and e.ranks == [2] and e.relayed
+    e = peer_notice(4, "rank 4 detected an error in reduce #2: ValueError: rank(s) [1] died "
+                       "during lunch")  # a user's words, not the transport's
+    assert type(e) is cc.CollectiveError and e.ranks == [4]

@@ -203,6 +203,11 @@ class Transport:
     name = "?"
     coll: Endpoint
     p2p: Endpoint
+    # whether a rank that finds a peer dead in a collective tells the others
+    # (communicator), who would otherwise wait on it until their timeout: the
+    # mpi transport, whose waits watch only the peers of pending requests
+    # (shm's collective endpoint watches every peer itself)
+    relays_deaths = False
 
     def __init__(self, rank: int, size: int, timeout: float,
                  pids: Sequence[int], local: Sequence[bool]):

@@ -7,6 +7,8 @@ error and said so).
 """
 from __future__ import annotations
 
+import re
+
 
 class CollectiveError(RuntimeError):
     """A collective or point-to-point call could not complete.
@@ -49,7 +51,16 @@ def mismatched(peer: int, seq: int, theirs: int | None, rank: int, mine: int) ->
 
 def peer_notice(peer: int, text: str) -> CollectiveError:
     """The error of a rank that rank ``peer`` told (``text``: its words, "rank p
-    detected an error in <call> #k: ...")."""
-    e = CollectiveError(text, ranks=[peer])
+    detected an error in <call> #k: ..."): a PeerFailure naming the dead
+    ranks where rank ``peer`` found them dead ("... rank(s) [d, ...] died
+    during ..."), else a CollectiveError naming ``peer``."""
+    dead = _DIED.search(text)
+    if dead:
+        e: CollectiveError = PeerFailure(text, ranks=[int(r) for r in dead.group(1).split(",")])
+    else:
+        e = CollectiveError(text, ranks=[peer])
     e.relayed = True
     return e
+
+
+_DIED = re.compile(r"detected an error in \S+ #\d+: rank\(s\) \[(\d+(?:, \d+)*)\] died during ")

@@ -90,6 +90,7 @@ def _free(comm, lock):
 
 class MpiTransport(Transport):
     name = "mpi"
+    relays_deaths = True  # waits watch the peers of their requests alone
 
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
