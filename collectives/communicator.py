@@ -64,14 +64,15 @@ class Communicator(HostsInfo):
         self.rank: int = transport.rank
         self.size: int = transport.size
         self.timeout: float = transport.timeout
+        caps = transport.caps  # what the transport offers (transports/base.py)
         # the CUDA device whose CuPy arrays this communicator takes (None: numpy only)
-        self._device: int | None = getattr(transport, "device", None)
+        self._device: int | None = caps.device
         # exchange() through shared memory: the defaults take the staged algorithms
-        self._shared = transport.coll.xchg_bytes > 0 and self._device is None
+        self._shared = caps.shared_exchange
         # the hier transport's host layout (None elsewhere): its algorithms and choice
-        self._hosts = getattr(transport.coll, "hosts", None)
+        self._hosts = transport.hosts if caps.hier else None
         # and peers read each other's arrays where they lie (one_copy.py)
-        self._one_copy = self._shared and transport.coll.one_copy
+        self._one_copy = caps.one_copy
         # call -> the algorithms offered here, by name (families.offered)
         self._tables = offered(self._shared, self._one_copy, self._hosts)
         # all_reduce of up to this many bytes skips the scheduling (see there)
@@ -193,7 +194,7 @@ class Communicator(HostsInfo):
                 e.call = e.call or call
             self._broken = e
             if _news(e) or (isinstance(e, PeerFailure) and not getattr(e, "relayed", False)
-                            and self._t.relays_deaths):
+                            and self._t.caps.relays_deaths):
                 # the other ranks would wait for this one until their timeout
                 what = e.detail if isinstance(e, CollectiveError) else f"{type(e).__name__}: {e}"
                 self._t.notify(seq, f"rank {self.rank} detected an error in {call} #{seq}: "

@@ -44,7 +44,7 @@ def allocate(comm, call: str, shape, dtype, zero: bool) -> np.ndarray:
     everyone = allgather(comm._mpi, mine) if comm.size > 1 else [mine]
     agreed(call, everyone)
     shape, dt = tuple(mine[1]), dtypes.at(mine[2])
-    regions = getattr(comm._t, "regions", None)
+    regions = comm._t.regions if comm._t.caps.regions else None
     if regions is not None and comm.size > 1 and np.prod(shape, dtype=np.int64) > 0:
         return regions.allocate(shape, dt)  # a new region reads as zeros
     return (np.zeros if zero else np.empty)(shape, dt)

@@ -160,7 +160,7 @@ MUTANTS: list[Mutant] = [
            **conformance(2, "shm", "p2p"),
            why="a message goes to the oldest posted receive from its sender, whatever its tag"),
     Mutant("death_not_relayed", "faults", "transports/mpi.py",
-           "    relays_deaths = True", "    relays_deaths = False",
+           "    caps = Capabilities(relays_deaths=True)", "    caps = Capabilities()",
            (f"{KILLED}[5-mpi-all_reduce]",),
            "on mpi the rank that finds a peer dead keeps it to itself: the others time out"),
     Mutant("huge_share_own_only", "transports", "transports/shm_direct.py",

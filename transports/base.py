@@ -24,6 +24,7 @@ number of bytes that the sender sends.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -197,17 +198,41 @@ class Endpoint:
         self.waitall([self.irecv_reduce(acc, src, op), self.isend(sbuf, dst)])
 
 
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a transport offers the layer above, declared by each transport
+    (``Transport.caps``) instead of found by probing its attributes.
+
+    ``shared_exchange``: ``coll.exchange()`` goes through shared memory (a
+    peer reads only the part of a stage it needs): the staged algorithms.
+    ``one_copy``: and ``coll.expose()`` lets peers read and write each other's
+    arrays where they lie (process_vm_readv): the one-copy algorithms.
+    ``regions``: communicator-allocated arrays that every rank maps
+    (``Transport.regions``).  ``device``: the CUDA device whose CuPy arrays
+    the transport carries (None: numpy only).  ``relays_deaths``: a rank that
+    finds a peer dead in a collective tells the others, who would otherwise
+    wait on it until their timeout (mpi, whose waits watch only the peers of
+    pending requests; shm's collective endpoint watches every peer itself).
+    ``hier``: the collective endpoint has the parts (``local``, ``cross``,
+    ``flat``) that the hierarchical algorithms run on."""
+
+    shared_exchange: bool = False
+    one_copy: bool = False
+    regions: bool = False
+    device: int | None = None
+    relays_deaths: bool = False
+    hier: bool = False
+
+
 class Transport:
     """Owns the endpoints of one communicator and its byte counters."""
 
     name = "?"
     coll: Endpoint
     p2p: Endpoint
-    # whether a rank that finds a peer dead in a collective tells the others
-    # (communicator), who would otherwise wait on it until their timeout: the
-    # mpi transport, whose waits watch only the peers of pending requests
-    # (shm's collective endpoint watches every peer itself)
-    relays_deaths = False
+    caps: Capabilities = Capabilities()
+    # communicator-allocated arrays (caps.regions): allocate(shape, dtype)
+    regions = None
 
     def __init__(self, rank: int, size: int, timeout: float,
                  pids: Sequence[int], local: Sequence[bool]):

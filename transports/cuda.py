@@ -43,7 +43,7 @@ import time
 import numpy as np
 
 from . import _wire
-from .base import Deadline, Endpoint, Request, as_bytes, env_int
+from .base import Capabilities, Deadline, Endpoint, Request, as_bytes, env_int
 from .cuda_ipc import IpcSlots, agree, agreed, check_peer_access
 from .errors import CollectiveError
 from .shm import ShmTransport
@@ -313,6 +313,8 @@ class CudaTransport(ShmTransport):
 
     def _streams(self) -> None:
         self.device = self.rt.getDevice()
+        # numpy arrays move through the device slots too: no staged exchange
+        self.caps = Capabilities(regions=True, device=self.device)
         with self.gpu():
             for ep in (self.coll, self.p2p):
                 ep.stream = self.cp.cuda.Stream(non_blocking=True)

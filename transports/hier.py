@@ -24,7 +24,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .base import Endpoint, Reducer, Request, Transport
+from .base import Capabilities, Endpoint, Reducer, Request, Transport
 from .hosts import Hosts
 from .mpi import MpiTransport
 from .shm import ShmTransport
@@ -93,6 +93,9 @@ class HierEndpoint(Endpoint):
 
 class HierTransport(Transport):
     name = "hier"
+    # no relaying of deaths: the ranks inside its parts' errors are those of
+    # the parts' communicators, not the world's
+    caps = Capabilities(hier=True)
 
     def __init__(self, mpicomm, timeout: float, hosts: Hosts):
         pids, local = list(hosts.pids), list(hosts.local)

@@ -28,7 +28,7 @@ from typing import Iterable
 import numpy as np
 from mpi4py import MPI
 
-from .base import (TAG_UB, UNCHECKED, Deadline, Endpoint, Reducer, Request, Transport,
+from .base import (TAG_UB, Capabilities, UNCHECKED, Deadline, Endpoint, Reducer, Request, Transport,
                    as_bytes)
 from .errors import CollectiveError, PeerFailure, mismatched, peer_notice
 
@@ -90,7 +90,7 @@ def _free(comm, lock):
 
 class MpiTransport(Transport):
     name = "mpi"
-    relays_deaths = True  # waits watch the peers of their requests alone
+    caps = Capabilities(relays_deaths=True)  # waits watch the peers of their requests alone
 
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)

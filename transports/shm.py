@@ -36,7 +36,7 @@ import numpy as np
 
 from . import _cma, _futex
 from ._wire import rank0_settings
-from .base import Transport, env_int
+from .base import Capabilities, Transport, env_int
 from .errors import mismatched, peer_notice
 from .shm_regions import Regions
 from .shm_segment import (ARRIVED, ARRIVED_KEY, DOORBELL, FAILED, MASK, NOTE_BYTES, NOTE_LEN,
@@ -142,6 +142,7 @@ class ShmTransport(Transport):
         self.p2p = self.endpoint_class(self, 1, strict=False)
         # communicator-allocated arrays that every rank maps (shm_regions)
         self.regions = Regions(mpicomm, self.rank, self.size)
+        self.caps = Capabilities(shared_exchange=True, one_copy=self.one_copy, regions=True)
 
     # -- regions ----------------------------------------------------------
     def mapped(self, peer: int, addr: int, nbytes: int) -> np.ndarray | None:
