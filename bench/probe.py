@@ -132,7 +132,7 @@ def huge(comm, world, args) -> None:
         if r == 0:
             print(f"process_vm_readv of {half >> 10} KiB, source on huge pages {src_huge}, "
                   f"destination {dst_huge}: {np.median(t) * 1e6:7.1f} us", flush=True)
-    algs = ("one_copy", "direct", "in_place")
+    algs = ("one_copy", "direct", "one_copy_or_staged")
     for share in (1.0, 0.5, 0.0):
         x, o = _backed(nb, share).view(np.float32), _backed(nb, share).view(np.float32)
         xs, os_ = x.reshape(n, -1), o.reshape(n, -1)

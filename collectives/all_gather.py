@@ -6,6 +6,8 @@ Bytes on the wire per rank, S = x.nbytes (one block; docs/algorithms.md):
   bruck  (N-1) * S sent and received, in ceil(log2 N) steps
   one_copy (N-1) * S sent and received: each rank reads every peer's x
          where it lies, straight into out (one copy; one_copy.py)
+  one_copy_or_staged  one_copy's from the peers' mappings where every x is
+         communicator-allocated, else the staged choice's
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from transports import Endpoint
 from . import ring as _ring
 from . import streaming
 from .arrays import address
-from .one_copy import one_copy_only, read_all, regions_or_staged
+from .algorithm import Algorithm, Family
+from .one_copy import read_all, regions_or_staged
 from .ranks import chunks, round_bytes
 
 
@@ -29,16 +32,16 @@ def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Bruck et al. 1997: round k sends the first min(k, N-k) blocks to rank - k."""
     n, m, r = ep.size, x.size, ep.rank
-    tmp = np.empty_like(out) if n > 1 else out
+    tmp = np.empty_like(out)
     np.copyto(tmp[:m], x)
     k = 1
     while k < n:
         c = min(k, n - k)
         ep.sendrecv(tmp[:c * m], (r - k) % n, tmp[k * m:(k + c) * m], (r + k) % n)
         k <<= 1
-    if n > 1:  # tmp block i holds rank (r + i)'s data
-        np.copyto(out[r * m:], tmp[:(n - r) * m])
-        np.copyto(out[:r * m], tmp[(n - r) * m:])
+    # tmp block i holds rank (r + i)'s data
+    np.copyto(out[r * m:], tmp[:(n - r) * m])
+    np.copyto(out[:r * m], tmp[(n - r) * m:])
 
 
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
@@ -51,46 +54,42 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
             np.copyto(out[i * m + lo:i * m + hi], v)
 
 
-@one_copy_only
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Every rank reads every peer's ``x`` straight into its block of ``out``,
     then copies its own (the peers need not wait for it)."""
-    _one_copy(ep, ep.expose(x) if ep.size > 1 else None, x, out)
+    _one_copy(ep, ep.expose(x), x, out)
 
 
 def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:
-    """``one_copy`` once ``x`` is published (``rem``; None alone)."""
+    """``one_copy`` once ``x`` is published (``rem``)."""
     n, m, r = ep.size, x.size, ep.rank
     copy = streaming.copier(out, n)
-    if rem is not None:  # reads first: at N = 4 7-11 % sooner (performance.md)
-        read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]), copy)
-    mine = out[r * m:(r + 1) * m]
-    if address(mine) != address(x):  # in place, x is already there
+    # reads first: at N = 4 7-11 % sooner (performance.md)
+    read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]), copy)
+    _own(x, out, r, copy)
+    rem.done(sent=(n - 1) * x.nbytes)
+
+
+def _own(x: np.ndarray, out: np.ndarray, r: int, copy=np.copyto) -> None:
+    """This rank's block of ``out`` (in place, x is already there)."""
+    mine = out[r * x.size:(r + 1) * x.size]
+    if address(mine) != address(x):
         copy(mine, x)
-    if rem is not None:
-        rem.done(sent=(n - 1) * x.nbytes)
 
 
-@one_copy_only
-def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+def one_copy_or_staged(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """``one_copy`` from the peers' mappings where every rank's ``x`` is a
     communicator-allocated array; else the staged choice (one_copy.py's
     ``regions_or_staged``: the first publication decides, alike everywhere)."""
-    if ep.size == 1:
-        return one_copy(ep, x, out)
-    staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
     regions_or_staged(ep, x, lambda rem: _one_copy(ep, rem, x, out),
-                      lambda: staged(ep, x, out))
+                      lambda: FAMILY.run_chosen(x.nbytes, ep, x, out, shared=True))
 
 
-ALGORITHMS = {"ring": ring, "bruck": bruck, "direct": direct, "one_copy": one_copy,
-              "in_place": in_place}
-
-
-# one_copy (N = 2) or in_place (N > 2) where the N blocks add up to this many
-# bytes; at N = 2 in_place from IN_PLACE_TWO_BYTES (docs/performance.md)
-ONE_COPY_BYTES = 16 << 20
-IN_PLACE_TWO_BYTES = 2 << 20
+# one_copy (N = 2) or one_copy_or_staged (N > 2) where the N blocks add up to
+# this many bytes; at N = 2 one_copy_or_staged from ONE_COPY_OR_STAGED_TWO_BYTES
+# (docs/performance.md)
+ONE_COPY_OUTPUT_BYTES = 16 << 20
+ONE_COPY_OR_STAGED_TWO_BYTES = 2 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
@@ -100,11 +99,24 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
     needs no context switch per step; at N = 2 its half-megabyte rounds beat
     the ring from 64 KiB to 8 MiB, docs/performance.md); where the peers read
     each other's memory, once the output outgrows the caches: one copy at
-    N = 2, and from 3 ranks ``in_place`` (direct's half-megabyte rounds beat
+    N = 2, and from 3 ranks ``one_copy_or_staged`` (direct's half-megabyte rounds beat
     process_vm_readv there at every size measured; the mappings of
     communicator-allocated arrays beat both)."""
-    if one_copy and size * nbytes >= ONE_COPY_BYTES:
-        return "one_copy" if size == 2 else "in_place"
-    if one_copy and size == 2 and size * nbytes >= IN_PLACE_TWO_BYTES:
-        return "in_place"  # direct on plain arrays, with one publication more
+    if one_copy and size * nbytes >= ONE_COPY_OUTPUT_BYTES:
+        return "one_copy" if size == 2 else "one_copy_or_staged"
+    if one_copy and size == 2 and size * nbytes >= ONE_COPY_OR_STAGED_TWO_BYTES:
+        return "one_copy_or_staged"  # direct on plain arrays, with one publication more
     return "direct" if nbytes <= 32 * 1024 or shared else "ring"
+
+
+def alone(x: np.ndarray, out: np.ndarray) -> None:
+    _own(x, out, 0)
+
+
+FAMILY = Family("all_gather", (
+    Algorithm("ring", ring),
+    Algorithm("bruck", bruck),
+    Algorithm("direct", direct),
+    Algorithm("one_copy", one_copy, needs_one_copy=True),
+    Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
+), alone, choose)

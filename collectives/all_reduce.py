@@ -1,19 +1,20 @@
-"""All-reduce algorithms; each reduces ``buf`` (flat) in place on every rank.
+"""All-reduce algorithms: ``run(ep, src, out, op)`` leaves the reduction of
+every rank's ``src`` in ``out`` (flat; ``src`` is ``out`` in place).
 
-Bytes on the wire per rank, S = buf.nbytes, N ranks, p2 the largest power of
+Bytes on the wire per rank, S = out.nbytes, N ranks, p2 the largest power of
 two <= N (see docs/algorithms.md):
   direct              (N-1) * S, in one round per exchange buffer
   two_shot            S + (N-2) * P, P the bytes of the pieces this rank
                       reduces (about S/N): about 2(N-1)/N * S, in K+1 rounds
                       for K chunks of at most an exchange buffer; only where
-                      exchange() goes through shared memory (shared_only)
+                      exchange() goes through shared memory
   ring                2(N-1)/N * S
   recursive_doubling  log2(p2) * S, plus S for each rank in the fold
   halving_doubling    2(p2-1)/p2 * S, plus S for each rank in the fold
   one_copy            2(N-1)/N * S: each rank reads its piece of every peer's
                       input where it lies and reduces it, then reads the
                       peers' reduced pieces (one copy each way; one_copy.py)
-  in_place            one_copy's where every rank's input is communicator-
+  one_copy_or_staged  one_copy's where every rank's input is communicator-
                       allocated (read from the peers' mappings), else the
                       staged choice's
 """
@@ -25,35 +26,33 @@ from transports import Endpoint
 
 from . import ring as _ring
 from . import streaming
-from .one_copy import IN_PLACE_BYTES, one_copy_only, read_all, reduce_piece, regions_or_staged
+from .algorithm import Algorithm, Family
+from .halving import halving
+from .one_copy import ONE_COPY_OR_STAGED_BYTES, read_all, reduce_piece, regions_or_staged
 from .ops import in_rank_order
 from .ranks import Fold, block_bounds, chunks, peer_index, round_bytes
 
 
-def ring(ep: Endpoint, buf: np.ndarray, op) -> None:
+def _start(src: np.ndarray, buf: np.ndarray) -> None:
+    """The algorithms that reduce in place on ``buf`` start from ``src`` there."""
+    if src is not buf:
+        np.copyto(buf, src)
+
+
+def ring(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Chunked ring: reduce-scatter pass, then all-gather pass (Patarasuk & Yuan 2009)."""
-    if ep.size == 1:
-        return
+    _start(src, buf)
     bounds = block_bounds(buf.size, ep.size)
     owned = _ring.reduce_scatter(ep, buf, bounds, op)
     _ring.all_gather(ep, buf, bounds, shift=owned - ep.rank)
 
 
-def direct(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+def direct(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Every rank's vector reaches every rank (ep.exchange: one copy into shared
     memory, direct reads), a buffer-sized chunk per round, and each rank reduces
-    all N in rank order, so every rank gets the same bits.  ``src``: the input,
-    where it is not ``buf`` (saves copying it into ``buf`` first)."""
-    src = buf if src is None else src
-    if ep.size == 1:
-        if src is not buf:
-            np.copyto(buf, src)
-        return
+    all N in rank order, so every rank gets the same bits."""
     for lo, hi in chunks(round_bytes(ep, buf), buf.size, buf.itemsize):
         one_round(ep, src[lo:hi], buf[lo:hi], op)
-
-
-direct.takes_src = True
 
 
 def one_round(ep: Endpoint, src: np.ndarray, out: np.ndarray, op) -> None:
@@ -63,7 +62,7 @@ def one_round(ep: Endpoint, src: np.ndarray, out: np.ndarray, op) -> None:
     in_rank_order(ep.exchange(src), op, out)
 
 
-def two_shot(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+def two_shot(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Reduce-scatter then all-gather through shared memory, pipelined so that
     each round is one exchange: in round k a rank stages chunk k's N-1 pieces
     that its peers reduce, and its own reduced piece of chunk k-1 (reduced in
@@ -71,12 +70,7 @@ def two_shot(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -
     its exchange buffer); after the round every rank copies chunk k-1's
     reduced pieces into ``buf``.  A rank reduces 1/N of the vector where
     ``direct`` reduces all of it, so every rank does N times less arithmetic."""
-    src = buf if src is None else src
     n, r, total = ep.size, ep.rank, buf.size
-    if n == 1:
-        if src is not buf:
-            np.copyto(buf, src)
-        return
     align = max(1, 64 // buf.itemsize)
     c = -(-total // n)
     c = -(-c // align) * align  # a slot: the most one rank reduces per round
@@ -134,13 +128,6 @@ def _gather_pieces(buf, views, piece, k: int, n: int, res: int, copy) -> None:
             copy(buf[lo:hi], views[p][res:res + hi - lo])
 
 
-two_shot.takes_src = True
-# written for exchange buffers that a peer reads only part of: where exchange()
-# is messages each round ships the whole stage to every peer, about N times
-# the ring's bytes, so a communicator offers it only on shared memory
-two_shot.shared_only = True
-
-
 def _fold_in(ep: Endpoint, f: Fold, buf: np.ndarray, op) -> None:
     if f.extra:
         ep.send(buf, ep.rank + 1)
@@ -155,10 +142,9 @@ def _fold_out(ep: Endpoint, f: Fold, buf: np.ndarray) -> None:
         ep.send(buf, ep.rank - 1)
 
 
-def recursive_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
+def recursive_doubling(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
     """log2(p2) rounds of whole-vector exchange with partner rank ^ mask."""
-    if ep.size == 1:
-        return
+    _start(src, buf)
     f = Fold(ep.rank, ep.size)
     _fold_in(ep, f, buf, op)
     if not f.extra:
@@ -172,15 +158,14 @@ def recursive_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
     _fold_out(ep, f, buf)
 
 
-def halving_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
+def halving_doubling(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Rabenseifner: reduce-scatter by recursive halving, all-gather by doubling."""
-    if ep.size == 1:
-        return
+    _start(src, buf)
     f = Fold(ep.rank, ep.size)
     _fold_in(ep, f, buf, op)
     if not f.extra:
         b = block_bounds(buf.size, f.p2)
-        lo, hi = _ring.halving(ep, f, buf, b.__getitem__, op)
+        lo, hi = halving(ep, f, buf, b.__getitem__, op)
         mask = 1
         while mask < f.p2:
             peer = f.real(f.new ^ mask)
@@ -191,18 +176,12 @@ def halving_doubling(ep: Endpoint, buf: np.ndarray, op) -> None:
     _fold_out(ep, f, buf)
 
 
-@one_copy_only
-def one_copy(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+def one_copy(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Reduce-scatter then all-gather, each byte read once from where it
     lies: rank r reads piece r of every peer's input and reduces the N
     pieces in rank order into its piece of ``buf``, then reads the peers'
     reduced pieces out of their ``buf``.  In place, the pieces a rank writes
     are never those its peers read in the same phase."""
-    src = buf if src is None else src
-    if ep.size == 1:
-        if src is not buf:
-            np.copyto(buf, src)
-        return
     _one_copy(ep, ep.expose(src), buf, op, src)
 
 
@@ -216,32 +195,15 @@ def _one_copy(ep: Endpoint, rem, buf: np.ndarray, op, src: np.ndarray) -> None:
     rem.done(sent=(n - 1) * (b[r + 1] - b[r]) * isz)
 
 
-one_copy.takes_src = True
-
-
-@one_copy_only
-def in_place(ep: Endpoint, buf: np.ndarray, op, src: np.ndarray | None = None) -> None:
+def one_copy_or_staged(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
     """``one_copy`` where every rank's input is a communicator-allocated
     array (``comm.empty``/``zeros``): the peers reduce it straight from their
     mappings of it, and gather the reduced pieces from the owners' ``buf``
     (from their mappings too where those are such arrays).  Otherwise the
     staged algorithm that ``choose`` takes without one-copy.  The first
     publication decides, and every rank decides alike (one_copy.py)."""
-    src = buf if src is None else src
-    if ep.size == 1:
-        if src is not buf:
-            np.copyto(buf, src)
-        return
-    staged = ALGORITHMS[choose(buf.nbytes, ep.size, shared=True)]
     regions_or_staged(ep, src, lambda rem: _one_copy(ep, rem, buf, op, src),
-                      lambda: staged(ep, buf, op, src))
-
-
-in_place.takes_src = True
-
-ALGORITHMS = {"ring": ring, "recursive_doubling": recursive_doubling,
-              "halving_doubling": halving_doubling, "direct": direct, "two_shot": two_shot,
-              "one_copy": one_copy, "in_place": in_place}
+                      lambda: FAMILY.run_chosen(buf.nbytes, ep, src, buf, op, shared=True))
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
@@ -250,8 +212,8 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
     if nbytes <= 32 * 1024:  # one round through the exchange buffers
         return "direct"
     if shared:  # the staged algorithms: one exchange per round, no messages
-        if one_copy and nbytes >= IN_PLACE_BYTES:
-            return "in_place"
+        if one_copy and nbytes >= ONE_COPY_OR_STAGED_BYTES:
+            return "one_copy_or_staged"
         if nbytes <= 256 * 1024 or (size == 2 and nbytes >= 16 << 20):
             return "direct"
         return "two_shot"
@@ -260,3 +222,21 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
     if nbytes <= 512 * 1024 and size & (size - 1) == 0:
         return "halving_doubling"
     return "ring"
+
+
+def alone(src: np.ndarray, out: np.ndarray, op) -> None:
+    _start(src, out)
+
+
+FAMILY = Family("all_reduce", (
+    Algorithm("ring", ring),
+    Algorithm("recursive_doubling", recursive_doubling),
+    Algorithm("halving_doubling", halving_doubling),
+    Algorithm("direct", direct),
+    # written for exchange buffers that a peer reads only part of: where
+    # exchange() is messages each round ships the whole stage to every peer,
+    # about N times the ring's bytes
+    Algorithm("two_shot", two_shot, needs_shared_exchange=True),
+    Algorithm("one_copy", one_copy, needs_one_copy=True),
+    Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
+), alone, choose)

@@ -6,6 +6,8 @@ Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
   direct    the same bytes, one round per exchange buffer
   one_copy  the same bytes: each rank reads its block of every peer's x
             where it lies (one copy; one_copy.py)
+  one_copy_or_staged  one_copy's where it pays (communicator-allocated x,
+            N > 2, or sources on huge pages), else the staged choice's
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import numpy as np
 from transports import Endpoint
 
 from . import streaming
-from .one_copy import one_copy_only, read_all, regions_or_staged
+from .algorithm import Algorithm, Family
+from .one_copy import read_all, regions_or_staged
 from .ranks import chunks, peer_index, round_bytes
 
 
@@ -85,15 +88,10 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
             np.copyto(out[r * m + lo:r * m + hi], x[r * m + lo:r * m + hi])
 
 
-@one_copy_only
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Each rank reads block ``rank`` of every peer's ``x`` straight into
     ``out``, then copies its own (in place, x is copied first: the peers
     read it while out fills)."""
-    if ep.size == 1:
-        if out is not x:
-            _own(ep, x, out)
-        return
     own = out is not x
     if not own:
         x = _kept(ep, x)
@@ -116,8 +114,7 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray, own: bool = Tru
     rem.done(sent=(n - 1) * b)
 
 
-@one_copy_only
-def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+def one_copy_or_staged(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """``one_copy`` from the peers' mappings where every rank's ``x`` is a
     communicator-allocated array that ``out`` does not overlap (one that it
     does is overwritten while the peers read it); else, from 3 ranks and
@@ -130,34 +127,43 @@ def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     where huge pages back at least one_copy.HUGE_SHARE of every rank's
     ``x``: such sources read about three times faster (4 MiB: 140 us
     against 175, performance.md, "Huge pages")."""
-    if ep.size == 1:
-        return one_copy(ep, x, out)
-    staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
     apart = not np.may_share_memory(out, x)
 
     def from_regions(rem):
         _one_copy(ep, rem, x, out)
-    cma = ep.size > 2 or ep.size * x.nbytes >= ONE_COPY_BYTES
-    regions_or_staged(ep, x if apart else None, from_regions, lambda: staged(ep, x, out),
+    cma = ep.size > 2 or ep.size * x.nbytes >= ONE_COPY_TOTAL_BYTES
+    regions_or_staged(ep, x if apart else None, from_regions,
+                      lambda: FAMILY.run_chosen(x.nbytes, ep, x, out, shared=True),
                       plain=from_regions if cma else None, huge=from_regions)
 
 
-ALGORITHMS = {"pairwise": pairwise, "linear": linear, "direct": direct, "one_copy": one_copy,
-              "in_place": in_place}
-
-
-# one_copy from N * S of this many bytes (docs/performance.md)
-ONE_COPY_BYTES = 32 << 20
-# in_place from S of this many bytes, below one_copy's
-IN_PLACE_BYTES = 4 << 20
+# one_copy_or_staged reads with process_vm_readv at N = 2 from N * S of this
+# many bytes, and is chosen from S of ONE_COPY_OR_STAGED_BYTES or N * S of
+# ONE_COPY_TOTAL_BYTES (docs/performance.md)
+ONE_COPY_TOTAL_BYTES = 32 << 20
+ONE_COPY_OR_STAGED_BYTES = 4 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    if one_copy and (nbytes >= IN_PLACE_BYTES or size * nbytes >= ONE_COPY_BYTES):
+    if one_copy and (nbytes >= ONE_COPY_OR_STAGED_BYTES or size * nbytes >= ONE_COPY_TOTAL_BYTES):
         # on communicator-allocated arrays 1.5-1.7x MPICH at 4 MiB where
         # direct gave 0.9-1.1x; on plain arrays one copy from the same
-        # publication (in_place's docstring; performance.md)
-        return "in_place"
+        # publication (one_copy_or_staged's docstring; performance.md)
+        return "one_copy_or_staged"
     if shared:  # measured: docs/performance.md
         return "direct"
     return "linear" if nbytes <= 4 * 1024 else "pairwise"
+
+
+def alone(x: np.ndarray, out: np.ndarray) -> None:
+    if out is not x:
+        np.copyto(out, x)
+
+
+FAMILY = Family("all_to_all", (
+    Algorithm("pairwise", pairwise),
+    Algorithm("linear", linear),
+    Algorithm("direct", direct),
+    Algorithm("one_copy", one_copy, needs_one_copy=True),
+    Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
+), alone, choose)

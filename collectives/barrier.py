@@ -10,6 +10,8 @@ import numpy as np
 
 from transports import Endpoint
 
+from .algorithm import Algorithm, Family
+
 _EMPTY = np.empty(0, np.uint8)
 
 
@@ -23,12 +25,18 @@ def dissemination(ep: Endpoint) -> None:
 
 def direct(ep: Endpoint) -> None:
     """One round: every rank tells every other that it has arrived (ep.exchange)."""
-    if ep.size > 1:
-        ep.exchange(_EMPTY)
-
-
-ALGORITHMS = {"dissemination": dissemination, "direct": direct}
+    ep.exchange(_EMPTY)
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     return "direct" if size <= 16 else "dissemination"
+
+
+def alone() -> None:
+    """One rank: it has arrived."""
+
+
+FAMILY = Family("barrier", (
+    Algorithm("dissemination", dissemination),
+    Algorithm("direct", direct),
+), alone, choose)

@@ -9,6 +9,8 @@ Bytes on the wire, S = buf.nbytes (docs/algorithms.md):
                      per exchange buffer
   one_copy           the same bytes: every non-root reads root's buf where it
                      lies (one copy; one_copy.py)
+  one_copy_or_staged one_copy's from root's mapping where root's buf is
+                     communicator-allocated, else the staged choice's
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from transports import Endpoint
 
 from . import ring as _ring
 from . import streaming
-from .one_copy import one_copy_only, regions_or_staged
+from .algorithm import Algorithm, Family
+from .one_copy import regions_or_staged
 from .ranks import absolute, block_bounds, chunks, rel
 
 CHAIN_CHUNK_BYTES = 256 * 1024
@@ -46,8 +49,6 @@ def binomial(ep: Endpoint, buf: np.ndarray, root: int) -> None:
 def scatter_allgather(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     """Root scatters N blocks, then a ring all-gather (van de Geijn)."""
     n = ep.size
-    if n == 1:
-        return
     b = block_bounds(buf.size, n)
     vr = rel(ep.rank, root, n)
     if vr == 0:
@@ -61,8 +62,6 @@ def scatter_allgather(ep: Endpoint, buf: np.ndarray, root: int) -> None:
 def chain(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     """Pipelined chain root -> root+1 -> ...: chunk k+1 arrives while chunk k is forwarded."""
     n = ep.size
-    if n == 1:
-        return
     vr = rel(ep.rank, root, n)
     step = max(1, CHAIN_CHUNK_BYTES // max(1, buf.itemsize))
     reqs = []
@@ -78,8 +77,6 @@ def chain(ep: Endpoint, buf: np.ndarray, root: int) -> None:
 def direct(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     """Root puts a chunk into shared memory, every other rank copies it out
     (ep.exchange with a root), one round per exchange buffer."""
-    if ep.size == 1:
-        return
     me = ep.rank
     for lo, hi in chunks(ep.chunk_bytes(buf), buf.size, buf.itemsize):
         piece = buf[lo:hi]
@@ -88,15 +85,12 @@ def direct(ep: Endpoint, buf: np.ndarray, root: int) -> None:
             np.copyto(piece, v[root])
 
 
-@one_copy_only
 def one_copy(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     """Every other rank reads root's ``buf`` straight into its own, all but
     a last share of about S/N that root writes into it meanwhile (one copy
     either way; the N ranks copy about (N-1)/N*S each, where readers alone
     would copy S while root waits)."""
     n, me = ep.size, ep.rank
-    if n == 1:
-        return
     rem = ep.expose(buf)
     s = buf.view(np.uint8)
     k = read_share(buf.nbytes, n)
@@ -129,31 +123,24 @@ def _read_root(ep: Endpoint, rem, buf: np.ndarray, root: int) -> None:
     rem.done(sent=(n - 1) * buf.nbytes if me == root else 0)
 
 
-@one_copy_only
-def in_place(ep: Endpoint, buf: np.ndarray, root: int) -> None:
+def one_copy_or_staged(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     """``one_copy`` from root's mapping where root's ``buf`` is a
     communicator-allocated array; else the staged choice (one_copy.py's
     ``regions_or_staged``, on root's buffer alone)."""
-    if ep.size == 1:
-        return
-    staged = ALGORITHMS[choose(buf.nbytes, ep.size, shared=True)]
     regions_or_staged(ep, buf if ep.rank == root else None,
                       lambda rem: _read_root(ep, rem, buf, root),
-                      lambda: staged(ep, buf, root), only=root)
-
-
-ALGORITHMS = {"binomial": binomial, "scatter_allgather": scatter_allgather, "chain": chain,
-              "direct": direct, "one_copy": one_copy, "in_place": in_place}
+                      lambda: FAMILY.run_chosen(buf.nbytes, ep, buf, root, shared=True),
+                      only=root)
 
 
 # one_copy from N * S of this many bytes, and at N = 2 from S of TWO_BYTES,
 # where root's share of the copying halves the peer's (docs/performance.md)
-ONE_COPY_BYTES = 32 << 20
+ONE_COPY_TOTAL_BYTES = 32 << 20
 ONE_COPY_TWO_BYTES = 4 << 20
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    if one_copy and (size * nbytes >= ONE_COPY_BYTES
+    if one_copy and (size * nbytes >= ONE_COPY_TOTAL_BYTES
                      or (size == 2 and nbytes >= ONE_COPY_TWO_BYTES)):
         return "one_copy"
     if shared:
@@ -161,3 +148,17 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
     if nbytes <= 64 * 1024 or size <= 2:
         return "binomial"
     return "scatter_allgather"
+
+
+def alone(buf: np.ndarray, root: int) -> None:
+    """One rank: root's buf is already where it goes."""
+
+
+FAMILY = Family("broadcast", (
+    Algorithm("binomial", binomial),
+    Algorithm("scatter_allgather", scatter_allgather),
+    Algorithm("chain", chain),
+    Algorithm("direct", direct),
+    Algorithm("one_copy", one_copy, needs_one_copy=True),
+    Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
+), alone, choose)

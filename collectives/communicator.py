@@ -14,7 +14,7 @@ from . import debug, regions, runtime
 from . import validate as v
 from .debug import CollectiveMismatch
 from .families import FAMILIES, choose, offered
-from .hosts import HostsInfo
+from .topology import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
@@ -27,8 +27,12 @@ def init(transport: str = "auto", timeout: float | None = None,
          debug: bool | None = None) -> "Communicator":
     """Join the job launched by mpiexec and connect all its ranks.
 
-    ``transport``: "auto" (shared memory when every rank is on one host,
-    "hier" otherwise), "shm", "mpi", "cuda" or "hier" (docs/api.md, "Hosts").  ``timeout``: seconds a rank waits
+    ``transport``: "auto", "shm", "mpi", "cuda" or "hier" (docs/api.md,
+    "Hosts").  "auto" takes "cuda" where every rank is on one host, has
+    imported CuPy and sees a GPU; "shm" on one host otherwise; "hier"
+    across hosts (shared memory within each, MPI between them), or "mpi"
+    where shared memory is not supported (transports/__init__.py).
+    ``timeout``: seconds a rank waits
     for its peers without progress before CollectiveTimeout (default
     $COLLECTIVES_TIMEOUT, else 300).  ``debug``: check before every
     collective that all ranks called the same thing (default
@@ -74,7 +78,7 @@ class Communicator(HostsInfo):
         # and peers read each other's arrays where they lie (one_copy.py)
         self._one_copy = caps.one_copy
         # call -> the algorithms offered here, by name (families.offered)
-        self._tables = offered(self._shared, self._one_copy, self._hosts)
+        self._tables = offered(caps, self._hosts)
         # all_reduce of up to this many bytes skips the scheduling (see there)
         self._small = SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
             else 0
@@ -99,19 +103,27 @@ class Communicator(HostsInfo):
 
     def algorithms(self, name: str) -> list[str]:
         """The names that ``algorithm=`` accepts for collective ``name`` on this
-        communicator (``two_shot`` only where exchange() is shared memory)."""
-        if name not in FAMILIES:
-            raise ValueError(f"algorithms: unknown collective {name!r}; expected one of "
-                             f"{sorted(FAMILIES)}")
-        return list(self._tables[name])
+        communicator, in table order: what its transport offers
+        (``transports.base.Capabilities``; docs/algorithms.md)."""
+        return list(self._family("algorithms", name))
 
     def choose_algorithm(self, name: str, nbytes: int) -> str:
         """The algorithm that ``algorithm=None`` picks for ``name`` on a message of
         ``nbytes`` (the input's nbytes: x for most calls, buf for broadcast,
         one block for gather and scatter) on this communicator."""
-        self.algorithms(name)
-        return choose(name, int(nbytes), self.size, self._shared, self._one_copy,
-                      self._hosts)
+        self._family("choose_algorithm", name)
+        nbytes = v.integer("choose_algorithm", "nbytes", nbytes)
+        if nbytes < 0:
+            raise ValueError(f"choose_algorithm: nbytes must be >= 0, got {nbytes}")
+        return choose(name, nbytes, self.size, self._shared, self._one_copy, self._hosts)
+
+    def _family(self, call: str, name: str) -> dict:
+        """The algorithms offered here for collective ``name`` (``call``: the
+        method asking, named in the error)."""
+        if name not in FAMILIES:
+            raise ValueError(f"{call}: unknown collective {name!r}; expected one of "
+                             f"{sorted(FAMILIES)}")
+        return self._tables[name]
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else self._t.name
@@ -124,13 +136,19 @@ class Communicator(HostsInfo):
 
     def _pick(self, call: str, algorithm, nbytes: int) -> tuple[str, Callable]:
         """The algorithm ``call`` runs: its name (for the debug signature) and
-        the function to run."""
-        table, everything = self._tables[call], FAMILIES[call][0]
-        name = v.algorithm(call, algorithm, table, everything) or \
+        ``run(ep, *args)`` (collectives/algorithm.py: one shape per family; a
+        communicator of one rank runs the family's ``alone``)."""
+        family = FAMILIES[call]
+        name = v.algorithm(call, algorithm, self._tables[call], family) or \
             choose(call, nbytes, self.size, self._shared, self._one_copy, self._hosts)
         if nbytes == 0 and call != "barrier":
-            return name, _nothing  # every rank holds 0 bytes too (as in MPI): nothing to move
-        return name, table[name]
+            # an empty call moves nothing, but its ranks meet in a barrier
+            # (with call size 0): a rank whose peers pass elements raises with
+            # them, as for any other difference in size, instead of returning
+            bar = FAMILIES["barrier"]
+            meet = choose("barrier", 0, self.size, self._shared, self._one_copy, self._hosts)
+            return name, lambda ep, *args: bar.run(meet, ep)
+        return name, lambda ep, *args: family.run(name, ep, *args)
 
     def _on_device(self, a) -> bool:
         """Whether ``a`` (a checked array) is a CuPy array."""
@@ -340,16 +358,11 @@ class Communicator(HostsInfo):
         if self._small and isinstance(x, np.ndarray):
             self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype))
         name, alg = self._pick(c, algorithm, nb)
-        xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
-        takes_src = getattr(alg, "takes_src", False)
+        of, uf = out.reshape(-1), REDUCERS[o]
+        xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
 
         def body(ep):
-            if takes_src:
-                alg(ep, of, uf, xf)
-            else:
-                if not in_place:
-                    np.copyto(of, xf)
-                alg(ep, of, uf)
+            alg(ep, xf, of, uf)
             self._avg(o, of)
             return out
         return self._run(c, body, async_op, (x.size, x.dtype, o, None, name),
@@ -363,7 +376,22 @@ class Communicator(HostsInfo):
         return self._move(c, alg, (), None, async_op, (0, None, None, None, name))
 
     # -- communicator-allocated arrays (collectives/regions.py) --------------
-    empty, zeros = regions.empty, regions.zeros
+    def empty(self, shape, dtype=np.float64) -> np.ndarray:
+        """A new C-contiguous array of ``shape`` and ``dtype`` that this host's
+        peers read in place; collective: every rank calls it with the same
+        shape and dtype.  Its contents are undefined."""
+        return self._allocate("empty", shape, dtype, zero=False)
+
+    def zeros(self, shape, dtype=np.float64) -> np.ndarray:
+        """``empty``, filled with zeros."""
+        return self._allocate("zeros", shape, dtype, zero=True)
+
+    def _allocate(self, call: str, shape, dtype, zero: bool) -> np.ndarray:
+        self._open(call)
+        self._exec.drain()  # no call in flight while the ranks allocate
+        if self._broken is not None:
+            raise broken_error(self._broken)
+        return regions.allocate(call, shape, dtype, zero, self._mpi, self._t)
 
     # -- point to point (collectives/p2p.py) ---------------------------------
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Work:
@@ -430,10 +458,6 @@ class Communicator(HostsInfo):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _nothing(*args) -> None:
-    """The algorithm of a collective whose payload is empty."""
 
 
 def _news(e: BaseException) -> bool:

@@ -44,7 +44,7 @@ def signature(call: str, seq: int, count: int, dtype, op, root, algorithm: str) 
 
 
 def _names(call: str) -> list[str]:
-    return list(FAMILIES[call][0])
+    return FAMILIES[call].names()
 
 
 def describe(sig) -> str:

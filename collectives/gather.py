@@ -18,7 +18,7 @@ from transports import Endpoint
 
 from . import streaming
 from .arrays import address, empty
-from .one_copy import one_copy_only
+from .algorithm import Algorithm, Family
 from .ranks import absolute, rel
 
 
@@ -118,7 +118,6 @@ def scatter_binomial(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
         np.copyto(out, tmp[:m])
 
 
-@one_copy_only
 def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     """Every other rank writes its ``x`` straight into its block of root's
     ``out`` while root copies its own: one copy per block, the N blocks
@@ -129,11 +128,9 @@ def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     n, m, me = ep.size, x.size, ep.rank
     if n == 2 and x.nbytes >= SPLIT_BLOCK_BYTES:
         return _split(ep, x, out, root)
-    rem = ep.expose(out if me == root else None) if n > 1 else None
+    rem = ep.expose(out if me == root else None)
     if me == root and not _is_block(out, root, x):
         np.copyto(out[root * m:(root + 1) * m], x)
-    if rem is None:
-        return
     if me != root:
         rem.write(root, me * x.nbytes, x, streaming.copier(x, n))
     rem.done(received=(n - 1) * x.nbytes if me == root else 0)
@@ -162,23 +159,16 @@ def _split(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
         rem.done(sent=tail * isz)
 
 
-@one_copy_only
 def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
     """Every other rank reads its block of root's ``x`` straight into ``out``
     (root copies its own while they read)."""
     n, me = ep.size, ep.rank
-    rem = ep.expose(x if me == root else None) if n > 1 else None
+    rem = ep.expose(x if me == root else None)
     if me == root and not _is_block(x, root, out):
         np.copyto(out, x[root * out.size:(root + 1) * out.size])
-    if rem is None:
-        return
     if me != root:
         rem.read(root, me * out.nbytes, out, streaming.copier(out, n))
     rem.done(sent=(n - 1) * out.nbytes if me == root else 0)
-
-
-GATHER = {"binomial": gather_binomial, "linear": gather_linear, "one_copy": gather_one_copy}
-SCATTER = {"binomial": scatter_binomial, "linear": scatter_linear, "one_copy": scatter_one_copy}
 
 
 # one_copy where a block is this large, for gather and scatter alike (both
@@ -199,3 +189,25 @@ def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False)
 
 def _by_block(nbytes: int) -> str:
     return "binomial" if nbytes <= 16 * 1024 else "linear"
+
+
+def gather_alone(x: np.ndarray, out, root: int) -> None:
+    if not _is_block(out, 0, x):
+        np.copyto(out, x)
+
+
+def scatter_alone(x, out: np.ndarray, root: int) -> None:
+    if not _is_block(x, 0, out):
+        np.copyto(out, x)
+
+
+GATHER = Family("gather", (
+    Algorithm("binomial", gather_binomial),
+    Algorithm("linear", gather_linear),
+    Algorithm("one_copy", gather_one_copy, needs_one_copy=True),
+), gather_alone, choose)
+SCATTER = Family("scatter", (
+    Algorithm("binomial", scatter_binomial),
+    Algorithm("linear", scatter_linear),
+    Algorithm("one_copy", scatter_one_copy, needs_one_copy=True),
+), scatter_alone, choose)

@@ -1,10 +1,11 @@
-"""What the one-copy algorithms share (``one_copy`` in each call's table).
+"""What the one-copy algorithms share (``one_copy`` and ``one_copy_or_staged``
+in each call's table; their records say ``needs_one_copy``).
 
 Each rank exposes its source where it lies (``Endpoint.expose``; on shm,
-transports/shm_direct.py) and every peer copies what it needs straight into
-its destination: one copy per byte where the staged algorithms make two.
-They are offered only where the peers can read each other's memory
-(``offered``); the choosers take them from the sizes docs/performance.md
+transports/shm/one_copy.py) and every peer copies what it needs straight
+into its destination: one copy per byte where the staged algorithms make
+two.  They are offered only where the transport declares ``one_copy``
+(``Algorithm.offered``); the choosers take them from the sizes docs/performance.md
 measured.  A reduction reads the peers' pieces a chunk at a time into a
 cache-sized scratch buffer (or from a mapping of the peer's memory, where
 the transport has one) and reduces them in rank order in one pass.
@@ -18,27 +19,21 @@ import numpy as np
 from .ops import in_rank_order
 
 CHUNK_BYTES = 256 * 1024  # of each peer's piece per step of a reduction
-# the choosers take ``in_place`` (all_reduce, reduce_scatter) from here where
+# the choosers take ``one_copy_or_staged`` (all_reduce, reduce_scatter) from here where
 # one-copy is offered: on communicator-allocated arrays it reduces from the
 # peers' mappings (measured faster at 16 and 64 MiB: performance.md), on
 # others it costs one publication more than the staged choice
-IN_PLACE_BYTES = 16 << 20
+ONE_COPY_OR_STAGED_BYTES = 16 << 20
 # regions_or_staged's ``huge``: from this share of every source on huge pages
 # (all_to_all at N = 2, 4 MiB: process_vm_readv from sources all, half and
 # not on huge pages 238, 321 and 393 us against the staged 285; performance.md)
 HUGE_SHARE = 0.75
 
 
-def one_copy_only(fn: Callable) -> Callable:
-    """Mark ``fn`` as offered only where ``Endpoint.one_copy`` holds."""
-    fn.one_copy_only = True
-    return fn
-
-
 def regions_or_staged(ep, src: np.ndarray | None, in_regions: Callable, staged: Callable,
                       only: int | None = None, plain: Callable | None = None,
                       huge: Callable | None = None) -> None:
-    """The ``in_place`` algorithms: publish ``src``; where every rank's source
+    """The ``one_copy_or_staged`` algorithms: publish ``src``; where every rank's source
     (``only``: rank ``only``'s alone) lies in a communicator-allocated array
     (``Remote.in_regions``: every rank answers alike), ``in_regions(rem)``
     reads the peers' straight from this rank's mappings; else, where

@@ -17,7 +17,8 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .one_copy import one_copy_only, read_all, reduce_piece
+from .algorithm import Algorithm, Family
+from .one_copy import read_all, reduce_piece
 from .ops import in_rank_order
 from .ranks import absolute, block_bounds, chunks, rel
 
@@ -46,10 +47,6 @@ def reduce_scatter_gather(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, o
                           root: int) -> None:
     """Rabenseifner's reduce: ring reduce-scatter, then the blocks gathered at root."""
     n = ep.size
-    if n == 1:
-        if out is not x:
-            np.copyto(out, x)
-        return
     buf = x.copy()
     b = block_bounds(x.size, n)
     owned = _ring.reduce_scatter(ep, buf, b, op)
@@ -70,10 +67,6 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -
     """Every rank puts a chunk of ``x`` into shared memory (ep.exchange) and
     root reduces the N chunks in rank order, one round per exchange buffer:
     the others copy chunk k+1 in while root reduces chunk k."""
-    if ep.size == 1:
-        if out is not x:
-            np.copyto(out, x)
-        return
     is_root = ep.rank == root
     for lo, hi in chunks(ep.chunk_bytes(x), x.size, x.itemsize):
         nb = (hi - lo) * x.itemsize  # only root reads
@@ -83,15 +76,10 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -
             in_rank_order(v, op, out[lo:hi])
 
 
-@one_copy_only
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
     """Each rank reduces its piece of every rank's ``x`` (read where it lies,
     in rank order), then root reads the reduced pieces into ``out``."""
     n, r = ep.size, ep.rank
-    if n == 1:
-        if out is not x:
-            np.copyto(out, x)
-        return
     b = block_bounds(x.size, n)
     mine = out[b[r]:b[r + 1]] if r == root else np.empty(b[r + 1] - b[r], x.dtype)
     reduce_piece(ep, x, b, mine, op)
@@ -101,11 +89,22 @@ def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int)
     rem.done(sent=0 if r == root else mine.nbytes)
 
 
-ALGORITHMS = {"binomial": binomial, "reduce_scatter_gather": reduce_scatter_gather,
-              "direct": direct, "one_copy": one_copy}
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if shared:
         return "direct"
     return "binomial" if nbytes <= 64 * 1024 or size <= 2 else "reduce_scatter_gather"
+
+
+def alone(x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
+    if out is not x:
+        np.copyto(out, x)
+
+
+FAMILY = Family("reduce", (
+    Algorithm("binomial", binomial),
+    Algorithm("reduce_scatter_gather", reduce_scatter_gather),
+    Algorithm("direct", direct),
+    Algorithm("one_copy", one_copy, needs_one_copy=True),
+), alone, choose)

@@ -7,7 +7,7 @@ Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
   direct             (N-1)/N * S sent and received, one round per exchange buffer
   one_copy           the same bytes: each rank reads block ``rank`` of every
                      peer's x where it lies and reduces it (one_copy.py)
-  in_place           one_copy's where every rank's x is communicator-allocated
+  one_copy_or_staged one_copy's where every rank's x is communicator-allocated
                      (read from the peers' mappings), else direct's
 """
 from __future__ import annotations
@@ -17,16 +17,15 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from .one_copy import IN_PLACE_BYTES, one_copy_only, reduce_pieces, regions_or_staged
+from .algorithm import Algorithm, Family
+from .halving import halving
+from .one_copy import ONE_COPY_OR_STAGED_BYTES, reduce_pieces, regions_or_staged
 from .ops import in_rank_order
 from .ranks import Fold, chunks, peer_index, round_bytes
 
 
 def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     n, m = ep.size, out.size
-    if n == 1:
-        np.copyto(out, x)
-        return
     acc = x.copy()
     b = [i * m for i in range(n + 1)]
     owned = _ring.reduce_scatter(ep, acc, b, op, shift=-1)  # ends owning block rank
@@ -41,9 +40,6 @@ def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     halving works on p2 groups of blocks.
     """
     n, m, r = ep.size, out.size, ep.rank
-    if n == 1:
-        np.copyto(out, x)
-        return
     f = Fold(r, n)
     if f.extra:
         ep.send(x, r + 1)
@@ -56,7 +52,7 @@ def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     def start(g: int) -> int:  # first element of group g
         return (2 * g if g <= f.rem else g + f.rem) * m
 
-    _ring.halving(ep, f, acc, start, op)
+    halving(ep, f, acc, start, op)
     if f.helper:
         ep.send(acc[(r - 1) * m:r * m], r - 1)
     np.copyto(out, acc[r * m:(r + 1) * m])
@@ -67,9 +63,6 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     into shared memory (ep.exchange) and reduces its own block's chunks, in
     rank order (its own chunk straight from ``x``)."""
     n, m, r = ep.size, out.size, ep.rank
-    if n == 1:
-        np.copyto(out, x)
-        return
     in_place = np.may_share_memory(x, out)
     for lo, hi in chunks(round_bytes(ep, x), m, x.itemsize, parts=n - 1):
         c = hi - lo
@@ -84,13 +77,9 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
                       out[lo:hi])
 
 
-@one_copy_only
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     """Each rank reads its block of every peer's ``x`` and reduces the N
     blocks in rank order into ``out``, a chunk at a time."""
-    if ep.size == 1:
-        np.copyto(out, x)
-        return
     _one_copy(ep, ep.expose(x), x, out, op)
 
 
@@ -101,26 +90,30 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray, op) -> None:
     rem.done(sent=(n - 1) * out.nbytes)
 
 
-@one_copy_only
-def in_place(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
+def one_copy_or_staged(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     """``one_copy`` where every rank's ``x`` is a communicator-allocated array
     (the peers reduce their blocks straight from their mappings of it), else
-    the staged default (``all_reduce.in_place``, one_copy.py)."""
-    if ep.size == 1:
-        np.copyto(out, x)
-        return
-    staged = ALGORITHMS[choose(x.nbytes, ep.size, shared=True)]
+    the staged default (as ``all_reduce.one_copy_or_staged``, one_copy.py)."""
     regions_or_staged(ep, x, lambda rem: _one_copy(ep, rem, x, out, op),
-                      lambda: staged(ep, x, out, op))
-
-
-ALGORITHMS = {"ring": ring, "recursive_halving": recursive_halving, "direct": direct,
-              "one_copy": one_copy, "in_place": in_place}
+                      lambda: FAMILY.run_chosen(x.nbytes, ep, x, out, op, shared=True))
 
 
 def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
     if shared:
-        if one_copy and nbytes >= IN_PLACE_BYTES:  # measured as all_reduce's
-            return "in_place"
+        if one_copy and nbytes >= ONE_COPY_OR_STAGED_BYTES:  # measured as all_reduce's
+            return "one_copy_or_staged"
         return "direct"
     return "recursive_halving" if nbytes <= 64 * 1024 else "ring"
+
+
+def alone(x: np.ndarray, out: np.ndarray, op) -> None:
+    np.copyto(out, x)
+
+
+FAMILY = Family("reduce_scatter", (
+    Algorithm("ring", ring),
+    Algorithm("recursive_halving", recursive_halving),
+    Algorithm("direct", direct),
+    Algorithm("one_copy", one_copy, needs_one_copy=True),
+    Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
+), alone, choose)

@@ -6,7 +6,7 @@ that a rank's bad argument or a mismatch raises the same error on every
 rank before anything is allocated, and the communicator stays usable.
 
 On the shared-memory transport the array lives in a region that every peer
-maps (transports/shm_regions.py), so that a collective can let the peers
+maps (transports/shm/regions.py), so that a collective can let the peers
 read it in place; elsewhere (MPI, one rank, zero bytes) it is a plain numpy
 array, and every call takes it all the same.
 """
@@ -17,36 +17,20 @@ import numbers
 import numpy as np
 
 from transports._wire import allgather
-from transports.base import broken_error
 
 from . import dtypes
 
 
-def empty(comm, shape, dtype=np.float64) -> np.ndarray:
-    """A new C-contiguous array of ``shape`` and ``dtype`` that this host's
-    peers read in place; collective: every rank calls it with the same shape
-    and dtype.  Its contents are undefined."""
-    return allocate(comm, "empty", shape, dtype, zero=False)
-
-
-def zeros(comm, shape, dtype=np.float64) -> np.ndarray:
-    """``empty``, filled with zeros."""
-    return allocate(comm, "zeros", shape, dtype, zero=True)
-
-
-def allocate(comm, call: str, shape, dtype, zero: bool) -> np.ndarray:
-    """Every rank's array of one collective allocation (see the module)."""
-    comm._open(call)
+def allocate(call: str, shape, dtype, zero: bool, mpicomm, transport) -> np.ndarray:
+    """Every rank's array of one collective allocation (see the module), once
+    no call of the communicator is in flight: ``mpicomm`` its ranks,
+    ``transport`` its transport (where ``caps.regions``, the array's home)."""
     mine = request(shape, dtype)
-    comm._exec.drain()  # no call in flight while the ranks allocate
-    if comm._broken is not None:
-        raise broken_error(comm._broken)
-    everyone = allgather(comm._mpi, mine) if comm.size > 1 else [mine]
+    everyone = allgather(mpicomm, mine) if transport.size > 1 else [mine]
     agreed(call, everyone)
     shape, dt = tuple(mine[1]), dtypes.at(mine[2])
-    regions = comm._t.regions if comm._t.caps.regions else None
-    if regions is not None and comm.size > 1 and np.prod(shape, dtype=np.int64) > 0:
-        return regions.allocate(shape, dt)  # a new region reads as zeros
+    if transport.caps.regions and transport.size > 1 and np.prod(shape, dtype=np.int64) > 0:
+        return transport.regions.allocate(shape, dt)  # a new region reads as zeros
     return (np.zeros if zero else np.empty)(shape, dt)
 
 

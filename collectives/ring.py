@@ -1,4 +1,4 @@
-"""The passes that the ring and halving algorithms are built from.
+"""The ring passes that the ring algorithms are built from.
 
 Positions ``0..n-1`` around the ring map to ranks through ``order``; block i of
 ``buf`` is ``buf[bounds[i]:bounds[i+1]]``.  Each step sends one block to the
@@ -50,23 +50,3 @@ def all_gather(ep: Endpoint, buf: np.ndarray, bounds: Sequence[int],
         si, ri = (p - s + shift) % n, (p - s - 1 + shift) % n
         ep.sendrecv(buf[bounds[si]:bounds[si + 1]], right,
                     buf[bounds[ri]:bounds[ri + 1]], left)
-
-
-def halving(ep: Endpoint, f, buf: np.ndarray, start, op) -> tuple[int, int]:
-    """Recursive halving among the p2 ranks of fold ``f``, in place on ``buf``.
-
-    Group g of the vector is ``buf[start(g):start(g+1)]``.  Each round splits
-    this rank's range of groups in two, sends the half the partner keeps and
-    reduces the half it keeps; the highest bit of the new rank picks the half
-    first.  Returns the range of groups left, fully reduced: ``(f.new, f.new+1)``.
-    """
-    lo, hi = 0, f.p2
-    mask = f.p2 >> 1
-    while mask:
-        peer = f.real(f.new ^ mask)
-        mid = (lo + hi) // 2
-        (klo, khi), (glo, ghi) = ((mid, hi), (lo, mid)) if f.new & mask else ((lo, mid), (mid, hi))
-        ep.sendrecv_reduce(buf[start(glo):start(ghi)], peer, buf[start(klo):start(khi)], peer, op)
-        lo, hi = klo, khi
-        mask >>= 1
-    return lo, hi

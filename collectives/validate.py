@@ -126,26 +126,19 @@ def tag(call: str, v) -> int:
     return v
 
 
-def algorithm(call: str, name, offered: Iterable[str], known=()) -> str | None:
-    """``name`` if this communicator offers it; ``known``: every name the call
-    has (a table of name -> function), some of which need exchange() through
-    shared memory (``shared_only``) or the "hier" transport (``hier_only``)."""
+def algorithm(call: str, name, offered: Iterable[str], family=None) -> str | None:
+    """``name`` if this communicator offers it; ``family``: the call's
+    algorithm records (collectives/algorithm.py), which say what the ones
+    not offered here need."""
     if name is None:
         return None
     offered = list(offered)
     if name not in offered:
-        why = _not_here(known[name]) if name in known else "is unknown"
+        known = family is not None and name in family.names()
+        why = f"needs {family[name].needs()}" if known else "is unknown"
         raise ValueError(f"{call}: algorithm={name!r} {why}; expected None or one of "
                          f"{offered}")
     return name
-
-
-def _not_here(fn) -> str:
-    """Why an algorithm the call has is not offered on this communicator."""
-    if getattr(fn, "hier_only", False):
-        return ("runs only on the 'hier' transport" + (
-            ", where every host holds as many ranks" if getattr(fn, "equal_hosts", False) else ""))
-    return "runs only where exchange() goes through shared memory (the shm transport)"
 
 
 def leading_size(call: str, x: np.ndarray, size: int) -> None:

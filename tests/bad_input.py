@@ -68,7 +68,13 @@ def cases(comm):
         yield "tag too big", lambda: comm.irecv(np.ones(3), peer, tag=1 << 20), ValueError, ["tag"]
         yield "recv read-only", lambda: comm.recv(ro, peer), ValueError, ["out", "read-only"]
     yield "split color float", lambda: comm.split(0.5), TypeError, ["color"]
-    yield "unknown collective", lambda: comm.algorithms("allreduce"), ValueError, ["allreduce"]
+    yield "unknown collective", lambda: comm.algorithms("allreduce"), ValueError, ["algorithms: unknown collective 'allreduce'"]
+    yield ("choose_algorithm of an unknown collective", lambda: comm.choose_algorithm("allreduce", 8),
+           ValueError, ["choose_algorithm: unknown collective 'allreduce'"])
+    yield ("choose_algorithm of negative bytes", lambda: comm.choose_algorithm("all_reduce", -1),
+           ValueError, ["choose_algorithm: nbytes"])
+    yield ("choose_algorithm of a float", lambda: comm.choose_algorithm("all_reduce", 1.5),
+           TypeError, ["choose_algorithm", "nbytes"])
     yield "init transport", lambda: cc.init(transport="tcp"), ValueError, ["transport", "tcp"]
     yield "init timeout", lambda: cc.init(timeout=-1), ValueError, ["timeout"]
     if comm.rank == 0:  # checks that only the root makes: the others are not called

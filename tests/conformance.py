@@ -455,10 +455,10 @@ def planned(call: str):
 
     def family(comm, rec: Recorder) -> None:
         for a, alg in enumerate(comm.algorithms(call)):
-            # in_place on the suite's plain arrays is the staged choice after
-            # one publication: the lite plan covers that decision (its reads
-            # from regions are tests/regions_check.py's)
-            for c in plan(spec, comm.size, a, rec.lite or alg == "in_place"):
+            # one_copy_or_staged on the suite's plain arrays is the staged
+            # choice after one publication: the lite plan covers that decision
+            # (its reads from regions are tests/regions_check.py's)
+            for c in plan(spec, comm.size, a, rec.lite or alg == "one_copy_or_staged"):
                 rec.check(describe(call, alg, c),
                           lambda alg=alg, c=c: run(comm, alg, c, rec.salt + c.seed))
     family.__name__ = f"fam_{call}"

@@ -50,9 +50,9 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0,
     v = (r - root) % n
     if n == 1:
         return 0, 0
-    if alg == "in_place":  # on arrays not communicator-allocated: the staged choice
-        # (all_to_all's one copy where no rank's output overlaps its input: the same bytes)
-        alg = FAMILIES[call][1](S, n, True)
+    if alg == "one_copy_or_staged":  # on arrays not communicator-allocated: the staged
+        # choice (all_to_all's one copy where no rank's output overlaps its input: the same bytes)
+        alg = FAMILIES[call].choose(S, n, True)
     if alg == "one_copy":  # a reader counts what it reads, an owner what is read of it
         alg, shared = {"all_reduce": "ring", "reduce": "reduce_scatter_gather",
                        "gather": "linear", "scatter": "linear"}.get(call, "direct"), True

@@ -12,6 +12,7 @@ wrapped to record that it ran; every result is checked against numpy.  Rank
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import os
@@ -45,12 +46,14 @@ def mapped(huge: bool) -> np.ndarray:
 
 def main(path: str) -> None:
     staged = []
-    direct = a2a.ALGORITHMS["direct"]
+    direct = a2a.FAMILY["direct"].run
 
     def recording(ep, x, out):
         staged.append(True)
         direct(ep, x, out)
-    a2a.ALGORITHMS["direct"] = recording
+    a2a.FAMILY = dataclasses.replace(a2a.FAMILY, algorithms=tuple(
+        dataclasses.replace(a, run=recording) if a.name == "direct" else a
+        for a in a2a.FAMILY.algorithms))
     cases, failures = {}, []
     with cc.init(transport="shm") as comm:
         n, r = comm.size, comm.rank
@@ -62,7 +65,7 @@ def main(path: str) -> None:
                              for p in range(n)])
             out = np.zeros_like(x)
             staged.clear()
-            got = comm.all_to_all(x, out=out, algorithm="in_place")
+            got = comm.all_to_all(x, out=out, algorithm="one_copy_or_staged")
             if not np.array_equal(got, want):
                 failures.append(f"rank {r} {case}: wrong result")
             shares = comm.all_gather(np.array([_thp.huge_share(x)]))[:, 0].tolist()

@@ -4,8 +4,9 @@
 
 Every algorithm of every collective with a payload (a barrier moves none),
 with one rank's element count off by one element (per block, for the calls
-whose x is N blocks) and by more than a block or an exchange buffer, the odd
-rank being rank 1 and, for the rooted calls, the root (0) too.  Each case
+whose x is N blocks), by more than a block or an exchange buffer, and down
+to 0 elements (an empty call), the odd rank being rank 1 and, for the
+rooted calls, the root (0) too.  Each case
 runs on a fresh sub-communicator of a world communicator that no case
 touches, so that a case that breaks its communicator leaves the next one
 alone; counts differ from case to case, so that a message one case leaves
@@ -33,6 +34,7 @@ ROOTED = ("broadcast", "reduce", "gather", "scatter")
 BLOCKED = ("reduce_scatter", "all_to_all")  # x is N blocks: the count is per block
 BASE = 1500  # elements; float32, so several 4 KiB slots and exchange buffers
 MANY = 2000  # the second kind of difference: more than a block and an exchange buffer
+KINDS = ("one", "many", "zero")  # the odd rank's count: one more, MANY more, 0
 
 
 def cases(comm) -> list[tuple[str, str, str, int]]:
@@ -41,7 +43,7 @@ def cases(comm) -> list[tuple[str, str, str, int]]:
     for call in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
                  "all_to_all", "gather", "scatter"):
         for alg in comm.algorithms(call):
-            for kind in ("one", "many"):
+            for kind in KINDS:
                 for odd in ((1, 0) if call in ROOTED else (1,)):
                     out.append((call, alg, kind, odd))
     return out
@@ -72,6 +74,8 @@ def run(comm, call: str, alg: str, count: int):
 def one_case(world, i: int, call: str, alg: str, kind: str, odd: int) -> list:
     comm = world.split(0, world.rank)
     count = BASE + 8 * i + ((1 if kind == "one" else MANY) if comm.rank == odd else 0)
+    if kind == "zero" and comm.rank == odd:
+        count = 0
     t0 = time.monotonic()
     try:
         got = run(comm, call, alg, count)

@@ -56,7 +56,7 @@ def refused(kind, fn, *words) -> str:
 def alloc(comm) -> None:
     n, r, t = comm.size, comm.rank, comm._t
     gc.collect()  # what an earlier scenario left
-    shared = hasattr(t, "regions") and n > 1
+    shared = t.caps.regions and n > 1
     # every dtype, and every shape (a shape per dtype, all of them for one)
     cases = [(dt, SHAPES[i % len(SHAPES)]) for i, dt in enumerate(cc.DTYPES)]
     for dt, shape in cases + [(np.float32, s) for s in SHAPES]:
@@ -209,20 +209,20 @@ def calls(comm) -> None:
                     seed += 1
                     run(comm, call, alg, dt, m, seed, place)
         # several rounds of the staged and one-copy paths (over 1 MiB)
-        for alg in [None] + [a for a in comm.algorithms(call) if a in ("one_copy", "in_place")]:
+        for alg in [None] + [a for a in comm.algorithms(call) if a in ("one_copy", "one_copy_or_staged")]:
             seed += 1
             run(comm, call, alg, np.float32, 300_000, seed, "both")
     _pool.clear()
     # all_to_all in_place on plain arrays: one copy by process_vm_readv where
     # every rank's out is apart from its x; where one rank's is not (rank 0
     # in place), every rank takes the staged path
-    if "in_place" in comm.algorithms("all_to_all"):
+    if "one_copy_or_staged" in comm.algorithms("all_to_all"):
         for mixed in (False, True):
             seed += 1
             x = make(np.float32, (n, 1000), r, seed)
             want = np.stack([make(np.float32, (n, 1000), j, seed)[r] for j in range(n)])
             o = x if (mixed and r == 0) else np.empty_like(x)
-            expect(comm.all_to_all(x, out=o, algorithm="in_place"), want,
+            expect(comm.all_to_all(x, out=o, algorithm="one_copy_or_staged"), want,
                    f"all_to_all/in_place plain, rank 0 in place: {mixed}, n={n}")
     # a non-blocking call on a region; an allocation waits for it first
     x = comm.zeros(100_000, np.float32)

@@ -328,7 +328,7 @@ def test_probes_print_their_figures():
     p = _bench(2, "huge", "--size", "4M", "--reps", "1", module="bench.probe")
     assert p.stdout.count("process_vm_readv of 2048 KiB") == 4, p.stdout
     rows = [ln for ln in p.stdout.splitlines() if ln.startswith("all_to_all 4 MiB")]
-    assert len(rows) == 3 and all("in_place" in ln and "MPI" in ln for ln in rows), p.stdout
+    assert len(rows) == 3 and all("one_copy_or_staged" in ln and "MPI" in ln for ln in rows), p.stdout
     p = _bench(2, "latency", module="bench.probe")
     assert "MPI_Allreduce" in p.stdout and "ep.exchange" in p.stdout, p.stdout
     p = _bench(2, "small", "8", "--reps", "1", "--iters", "100", module="bench.probe")

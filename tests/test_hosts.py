@@ -69,7 +69,9 @@ def test_layout_arithmetic_and_choice():
     algorithms a layout offers and picks."""
     from collectives.families import choose, offered
     from emulate import command, host_of
+    from transports.base import Capabilities
     from transports.hosts import Hosts, number
+    hier, shm = Capabilities(hier=True), Capabilities(shared_exchange=True, one_copy=True)
     assert number(["b", "a", "b", "c"]) == (0, 1, 0, 2) == tuple(host_of("baba"[:3] + "c"))
     h = Hosts(2, number(list("abab")), (0,) * 4, (True,) * 4)
     assert (h.hosts, h.host, h.local_rank, h.local_size, h.equal) == (2, 0, 1, 2, True)
@@ -77,9 +79,10 @@ def test_layout_arithmetic_and_choice():
     odd = Hosts(3, number(list("aabc")), (0,) * 4, (True,) * 4)
     assert (odd.hosts, odd.host, odd.local_rank, odd.local_size, odd.equal) == (3, 2, 0, 1, False)
     for alg in ("hier_slices", "hier_mirror"):  # equal hosts only
-        assert alg not in offered(False, hosts=odd)["all_reduce"]
-        assert alg in offered(False, hosts=h)["all_reduce"]
-    assert not any(a.startswith("hier") for a in offered(True)["all_reduce"])
+        assert alg not in offered(hier, hosts=odd)["all_reduce"]
+        assert alg in offered(hier, hosts=h)["all_reduce"]
+    assert not any(a.startswith("hier") for a in offered(shm)["all_reduce"])
+    assert not any(a.startswith("hier") for a in offered(shm, hosts=h)["all_reduce"])
     assert choose("all_reduce", 1 << 20, 4, False, hosts=h) == "hier_slices"
     assert choose("all_reduce", 1 << 20, 4, False, hosts=odd) == "hier_leader"
     assert choose("all_reduce", 8, 4, False, hosts=h) == "hier_mirror"

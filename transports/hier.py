@@ -9,7 +9,7 @@ Three transports in one, each over an MPI communicator of its own:
   ``send``/``recv`` and the flat algorithms (every algorithm written for one
   endpoint runs unchanged on ``coll``, whose messages go through it).
 
-The hierarchical algorithms (collectives/hier.py) take ``coll.local`` and
+The hierarchical algorithms (collectives/hierarchical.py) take ``coll.local`` and
 ``coll.cross`` and compose them.  The Communicator sets a call's tag, call
 size and name on ``coll``; ``coll`` passes them to the endpoints of all three,
 so per-call tags, timeouts and mismatch detection hold in every part.  A rank

@@ -149,6 +149,9 @@ class Strategy:
         """Every parameter's fp32 master weight, on every rank (collective)."""
         raise NotImplementedError
 
-    def algo(self, call: str) -> str | None:
+    @property
+    def algorithm(self) -> str | None:
+        """The ``algorithm=`` of every collective of the step (``--algorithm``:
+        one name for all of them; None, the library's choice, for "auto")."""
         a = self.cfg.algorithm
         return None if a in (None, "auto") else a

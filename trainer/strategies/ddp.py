@@ -23,7 +23,10 @@ class DDP(Strategy):
         self.lay = lay = Layout(model.sizes, grad_buckets(model, cfg), self.n)
         master = lay.to_flat(model.init_params(), F32)
         self.params16 = master.astype(self.half)
-        # communicator-allocated: the peers of this host read its buckets in place
+        # communicator-allocated: where the default choice takes the one-copy
+        # all-reduce (--algorithm auto on shm, buckets from 16 MiB), the peers
+        # read these buckets from their mappings of them; the ring and the
+        # staged algorithms copy them as they would any array
         self.grads16 = comm.zeros(lay.total, self.half)
         self.adam = Adam(master, cfg.lr, eps=cfg.adam_eps)
         self.pviews = self.views(self.params16, lay)
@@ -31,7 +34,7 @@ class DDP(Strategy):
 
     def _all_reduce(self, g: int):
         b = self.lay.group(self.grads16, g)
-        return self.comm.all_reduce(b, out=b, algorithm=self.algo("all_reduce"), async_op=True)
+        return self.comm.all_reduce(b, out=b, algorithm=self.algorithm, async_op=True)
 
     def train_step(self, step):
         scale = self.scaler.scale

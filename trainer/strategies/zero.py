@@ -42,7 +42,7 @@ class ZeroBase(Strategy):
         """Start the reduce-scatter of a group-sized buffer into its own block."""
         blocks = self.lay.blocks(buf)
         return self.comm.reduce_scatter(blocks, out=blocks[self.rank],
-                                        algorithm=self.algo("reduce_scatter"), async_op=True)
+                                        algorithm=self.algorithm, async_op=True)
 
     def master_params(self):
         shards = self.comm.all_gather(self.adam.master)
@@ -71,7 +71,7 @@ class ZeroFullParams(ZeroBase):
         if not overflow:
             hs = [self.comm.all_gather(lay.owned(self.params16, g, r),
                                        out=lay.blocks(lay.group(self.params16, g)),
-                                       algorithm=self.algo("all_gather"), async_op=True)
+                                       algorithm=self.algorithm, async_op=True)
                   for g in range(len(lay.groups))]
             for h in hs:
                 h.wait()

@@ -74,7 +74,7 @@ class Gathered:
         buf = z.pool[self.next % 2][:lay.length[g]]
         blocks = lay.blocks(buf)
         blocks[z.rank] = lay.shard_piece(z.param_shard, g)
-        h = z.comm.all_gather(blocks[z.rank], out=blocks, algorithm=z.algo("all_gather"),
+        h = z.comm.all_gather(blocks[z.rank], out=blocks, algorithm=z.algorithm,
                               async_op=True)
         self.inflight[key] = (buf, h)
 

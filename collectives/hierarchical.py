@@ -40,18 +40,20 @@ from . import broadcast as _bc
 from . import reduce as _reduce
 from . import reduce_scatter as _rs
 from . import ring as _ring
+from .algorithm import Algorithm
 from .ranks import block_bounds
 
 
 def _local(module, nbytes: int, ep):
-    """The algorithm of ``module`` that the flat chooser picks on shared memory
-    for ``ep`` (a host's ranks)."""
-    return module.ALGORITHMS[module.choose(nbytes, ep.size, True)]
+    """Run on ``ep`` (a host's ranks) the algorithm of ``module``'s family that
+    the flat chooser picks on shared memory."""
+    return lambda *args: module.FAMILY.run_chosen(nbytes, ep, *args, shared=True)
 
 
 def _cross(module, nbytes: int, ep):
-    """The algorithm of ``module`` that the flat chooser picks on messages."""
-    return module.ALGORITHMS[module.choose(nbytes, ep.size, False)]
+    """Run on ``ep`` the algorithm of ``module``'s family that the flat
+    chooser picks on messages."""
+    return lambda *args: module.FAMILY.run_chosen(nbytes, ep, *args)
 
 
 def _leader(ep) -> bool:
@@ -66,7 +68,7 @@ def _root_at(ep, root: int) -> tuple[int, int]:
 
 # -- all_reduce ---------------------------------------------------------------------
 
-def hier_slices(ep, buf: np.ndarray, op) -> None:
+def hier_slices(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Horovod-style: reduce-scatter within the host (local rank l gets slice l
     of the host's sum), all-reduce of each slice across hosts among the ranks
     of its local rank (all slices at once, the ring), then all-gather within
@@ -76,31 +78,26 @@ def hier_slices(ep, buf: np.ndarray, op) -> None:
     10-20% faster at 1-16 MiB on an emulated 2 x 2)."""
     loc, cr = ep.local, ep.cross
     n, l = loc.size, loc.rank
+    _ar.alone(src, buf, op)
     b = block_bounds(buf.size, n)
-    if n > 1:
-        _ring.reduce_scatter(loc, buf, b, op, shift=-1)  # ends owning slice l
-    _ar.ring(cr, buf[b[l]:b[l + 1]], op)
-    if n > 1:
-        _ring.all_gather(loc, buf, b)
+    _ring.reduce_scatter(loc, buf, b, op, shift=-1)  # ends owning slice l
+    piece = buf[b[l]:b[l + 1]]
+    _ar.FAMILY.run("ring", cr, piece, piece, op)
+    _ring.all_gather(loc, buf, b)
 
 
-hier_slices.equal_hosts = True  # every local rank must have a peer on every host
-
-
-def hier_leader(ep, buf: np.ndarray, op) -> None:
+def hier_leader(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Reduce within the host to its leader, all-reduce among the leaders,
     broadcast within the host: for small messages and hosts of unequal sizes."""
     loc, cr = ep.local, ep.cross
     lead = _leader(ep)
-    if loc.size > 1:
-        _local(_reduce, buf.nbytes, loc)(loc, buf, buf if lead else None, op, 0)
-    if lead and cr.size > 1:
-        _cross(_ar, buf.nbytes, cr)(cr, buf, op)
-    if loc.size > 1:
-        _local(_bc, buf.nbytes, loc)(loc, buf, 0)
+    _local(_reduce, buf.nbytes, loc)(src, buf if lead else None, op, 0)
+    if lead:
+        _cross(_ar, buf.nbytes, cr)(buf, buf, op)
+    _local(_bc, buf.nbytes, loc)(buf, 0)
 
 
-def hier_mirror(ep, buf: np.ndarray, op) -> None:
+def hier_mirror(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Every local rank does a leader's work: all-reduce within the host (each
     rank ends with the host's sum), then the full message across hosts among
     the ranks of each local rank, the L groups at once.  Two steps where
@@ -109,13 +106,8 @@ def hier_mirror(ep, buf: np.ndarray, op) -> None:
     do not.  Every group reduces the same host sums in the same order, so
     every rank ends with the same bits."""
     loc, cr = ep.local, ep.cross
-    if loc.size > 1:
-        _local(_ar, buf.nbytes, loc)(loc, buf, op)
-    if cr.size > 1:
-        _cross(_ar, buf.nbytes, cr)(cr, buf, op)
-
-
-hier_mirror.equal_hosts = True  # every local rank must have a peer on every host
+    _local(_ar, buf.nbytes, loc)(src, buf, op)
+    _cross(_ar, buf.nbytes, cr)(buf, buf, op)
 
 
 # -- broadcast and reduce ---------------------------------------------------------
@@ -126,12 +118,12 @@ def broadcast(ep, buf: np.ndarray, root: int) -> None:
     loc, cr = ep.local, ep.cross
     hr, lr = _root_at(ep, root)
     home = ep.hosts.host == hr
-    if home and loc.size > 1:
-        _local(_bc, buf.nbytes, loc)(loc, buf, lr)
-    if _leader(ep) and cr.size > 1:
-        _cross(_bc, buf.nbytes, cr)(cr, buf, hr)
-    if not home and loc.size > 1:
-        _local(_bc, buf.nbytes, loc)(loc, buf, 0)
+    if home:
+        _local(_bc, buf.nbytes, loc)(buf, lr)
+    if _leader(ep):
+        _cross(_bc, buf.nbytes, cr)(buf, hr)
+    if not home:
+        _local(_bc, buf.nbytes, loc)(buf, 0)
 
 
 def reduce(ep, x: np.ndarray, out, op, root: int) -> None:
@@ -143,12 +135,9 @@ def reduce(ep, x: np.ndarray, out, op, root: int) -> None:
     acc = None
     if lead:
         acc = out if (home and lr == 0) else np.empty_like(x)
-    if loc.size > 1:
-        _local(_reduce, x.nbytes, loc)(loc, x, acc, op, 0)
-    elif acc is not x:
-        np.copyto(acc, x)
-    if lead and cr.size > 1:
-        _cross(_reduce, x.nbytes, cr)(cr, acc, acc if home else None, op, hr)
+    _local(_reduce, x.nbytes, loc)(x, acc, op, 0)
+    if lead:
+        _cross(_reduce, x.nbytes, cr)(acc, acc if home else None, op, hr)
     if home and lr != 0:
         if lead:
             loc.send(acc, lr)
@@ -181,9 +170,9 @@ def all_gather(ep, x: np.ndarray, out: np.ndarray) -> None:
     if not ep.hosts.equal:
         return _all_gather_leaders(ep, x, out)
     bundle = np.empty(hh * m, x.dtype)
-    _ag.ring(cr, x, bundle)
+    _ag.FAMILY.run("ring", cr, x, bundle)
     big = np.empty(loc.size * hh * m, x.dtype)
-    _local(_ag, bundle.nbytes, loc)(loc, bundle, big)
+    _local(_ag, bundle.nbytes, loc)(bundle, big)
     for j, i, g in _bundles(ep, m):
         at = (j * hh + i) * m
         np.copyto(out[g * m:(g + 1) * m], big[at:at + m])
@@ -193,7 +182,7 @@ def _all_gather_leaders(ep, x: np.ndarray, out: np.ndarray) -> None:
     loc, cr, m = ep.local, ep.cross, x.size
     here = ep.members[ep.hosts.host]
     mine = np.empty(len(here) * m, x.dtype)
-    _local(_ag, x.nbytes, loc)(loc, x, mine)
+    _local(_ag, x.nbytes, loc)(x, mine)
     if _leader(ep):
         theirs = {h: np.empty(len(ep.members[h]) * m, x.dtype)
                   for h in range(ep.hosts.hosts) if h != ep.hosts.host}
@@ -204,8 +193,7 @@ def _all_gather_leaders(ep, x: np.ndarray, out: np.ndarray) -> None:
         for h, b in theirs.items():
             for j, g in enumerate(ep.members[h]):
                 np.copyto(out[g * m:(g + 1) * m], b[j * m:(j + 1) * m])
-    if loc.size > 1:
-        _local(_bc, out.nbytes, loc)(loc, out, 0)
+    _local(_bc, out.nbytes, loc)(out, 0)
 
 
 def reduce_scatter(ep, x: np.ndarray, out: np.ndarray, op) -> None:
@@ -223,22 +211,19 @@ def reduce_scatter(ep, x: np.ndarray, out: np.ndarray, op) -> None:
         at = (j * hh + i) * m
         np.copyto(send[at:at + m], x[g * m:(g + 1) * m])
     mine = np.empty(hh * m, x.dtype)
-    _local(_rs, send.nbytes, loc)(loc, send, mine, op)
-    _rs.ring(cr, mine, out, op)
+    _local(_rs, send.nbytes, loc)(send, mine, op)
+    _rs.FAMILY.run("ring", cr, mine, out, op)
 
 
 def _reduce_scatter_leaders(ep, x: np.ndarray, out: np.ndarray, op) -> None:
     loc, cr, m = ep.local, ep.cross, out.size
     here = ep.members[ep.hosts.host]
     if not _leader(ep):
-        _local(_reduce, x.nbytes, loc)(loc, x, None, op, 0)
+        _local(_reduce, x.nbytes, loc)(x, None, op, 0)
         loc.recv(out, 0)
         return
     acc = np.empty_like(x)
-    if loc.size > 1:
-        _local(_reduce, x.nbytes, loc)(loc, x, acc, op, 0)
-    else:
-        np.copyto(acc, x)
+    _local(_reduce, x.nbytes, loc)(x, acc, op, 0)
     mine = _blocks(acc, here, m)
     others = [h for h in range(ep.hosts.hosts) if h != ep.hosts.host]
     outgoing = [_blocks(acc, ep.members[h], m) for h in others]
@@ -264,7 +249,7 @@ def all_to_all(ep, x: np.ndarray, out: np.ndarray) -> None:
     if loc.size > 1:
         lx = np.concatenate([x[p * m:(p + 1) * m] for p in here])
         lout = np.empty_like(lx)
-        _local(_a2a, lx.nbytes, loc)(loc, lx, lout)
+        _local(_a2a, lx.nbytes, loc)(lx, lout)
         for j, p in enumerate(here):
             np.copyto(out[p * m:(p + 1) * m], lout[j * m:(j + 1) * m])
     ep.flat.waitall(reqs)
@@ -274,25 +259,29 @@ def barrier(ep) -> None:
     """Within the host, among the leaders, within the host again: no rank
     leaves before every host's leader has seen all its ranks arrive."""
     loc, cr = ep.local, ep.cross
-    _local(_barrier, 0, loc)(loc)
+    _local(_barrier, 0, loc)()
     if _leader(ep):
-        _cross(_barrier, 0, cr)(cr)
-    _local(_barrier, 0, loc)(loc)
+        _cross(_barrier, 0, cr)()
+    _local(_barrier, 0, loc)()
 
 
-ALGORITHMS = {
-    "all_reduce": {"hier_slices": hier_slices, "hier_mirror": hier_mirror,
-                   "hier_leader": hier_leader},
-    "broadcast": {"hier": broadcast},
-    "reduce": {"hier": reduce},
-    "all_gather": {"hier": all_gather},
-    "reduce_scatter": {"hier": reduce_scatter},
-    "all_to_all": {"hier": all_to_all},
-    "barrier": {"hier": barrier},
+def _hier(name: str, run, equal_hosts: bool = False) -> Algorithm:
+    """An algorithm that runs on the "hier" transport's parts; ``equal_hosts``:
+    every local rank must have a peer on every host."""
+    return Algorithm(name, run, needs_hier=True, needs_equal_hosts=equal_hosts)
+
+
+ALGORITHMS: dict[str, tuple[Algorithm, ...]] = {
+    "all_reduce": (_hier("hier_slices", hier_slices, equal_hosts=True),
+                   _hier("hier_mirror", hier_mirror, equal_hosts=True),
+                   _hier("hier_leader", hier_leader)),
+    "broadcast": (_hier("hier", broadcast),),
+    "reduce": (_hier("hier", reduce),),
+    "all_gather": (_hier("hier", all_gather),),
+    "reduce_scatter": (_hier("hier", reduce_scatter),),
+    "all_to_all": (_hier("hier", all_to_all),),
+    "barrier": (_hier("hier", barrier),),
 }
-for _table in ALGORITHMS.values():
-    for _fn in _table.values():
-        _fn.hier_only = True  # they need the "hier" transport's parts
 
 # all_reduce: the slices from this many bytes where hosts are of equal sizes
 SLICES_BYTES = 64 * 1024
