@@ -123,14 +123,24 @@ def main(argv=None) -> int:
     return 0
 
 
+def _timeline_missing() -> str | None:
+    """Why ``--timeline`` cannot draw (matplotlib does not import), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        return f"--timeline needs matplotlib (pip install '.[plot]'): {e}"
+    return None
+
+
 def _grid(a) -> int:
     import collectives as cc
     from .grid import train
     if a.timeline:
-        import importlib.util
-        if importlib.util.find_spec("matplotlib") is None:
-            print("python -m trainer: error: --timeline needs matplotlib "
-                  "(pip install '.[plot]')", file=sys.stderr)
+        missing = _timeline_missing()
+        if missing:  # every rank stops; rank 0 says why
+            from mpi4py import MPI
+            if MPI.COMM_WORLD.Get_rank() == 0:
+                print(f"python -m trainer: error: {missing}", file=sys.stderr)
             return 2
     sys.setswitchinterval(SWITCH_INTERVAL)
     with cc.init(transport=a.transport) as comm:

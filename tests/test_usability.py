@@ -1,0 +1,47 @@
+"""What a user sees: option checks before a run starts, messages printed once
+per job, the command lines' help, the trainer's predicted traffic, the
+examples of docs/api.md, and the wording of errors."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from launch import ROOT, mpi_env, run_mpi
+
+# A sitecustomize that makes matplotlib missing whether or not it is
+# installed: ``import matplotlib`` raises ModuleNotFoundError and
+# importlib.util.find_spec("matplotlib") returns None.
+NO_MATPLOTLIB = 'import sys\nsys.modules["matplotlib"] = None\n'
+
+
+def _without_matplotlib(tmp_path) -> dict:
+    stub = tmp_path / "no_matplotlib"
+    stub.mkdir()
+    (stub / "sitecustomize.py").write_text(NO_MATPLOTLIB)
+    return {"PYTHONPATH": os.pathsep.join([str(ROOT), str(stub)])}
+
+
+def test_bench_plot_without_matplotlib_fails_before_running(tmp_path):
+    """``--plot`` without matplotlib: exit status 2 before anything is
+    measured, the reason printed once (by rank 0), not once per rank."""
+    png = tmp_path / "x.png"
+    p = run_mpi(2, ["-m", "bench", "all_reduce", "-b", "8", "-e", "64K", "--plot", str(png)],
+                timeout=120, **_without_matplotlib(tmp_path))
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    assert p.stderr.count("needs matplotlib") == 1, p.stderr
+    assert "bytes" not in p.stdout and "busbw" not in p.stdout, "the benchmark ran: " + p.stdout
+    assert not png.exists()
+
+
+def test_trainer_timeline_without_matplotlib_is_reported_once(tmp_path):
+    png = tmp_path / "t.png"
+    p = run_mpi(2, ["-m", "trainer", "--strategy", "pipeline", "--steps", "1", "--quiet",
+                    "--timeline", str(png)], timeout=120, **_without_matplotlib(tmp_path))
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    assert p.stderr.count("--timeline needs matplotlib") == 1, p.stderr
+    assert not png.exists()
