@@ -45,3 +45,46 @@ def test_trainer_timeline_without_matplotlib_is_reported_once(tmp_path):
     assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
     assert p.stderr.count("--timeline needs matplotlib") == 1, p.stderr
     assert not png.exists()
+
+
+def _help(*args: str) -> str:
+    p = subprocess.run([sys.executable, "-m", "trainer", *args, "--help"], capture_output=True,
+                       text=True, cwd=ROOT, env=mpi_env(), timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def _option_entries(text: str) -> dict[str, str]:
+    """Each option's entry in an argparse help text: its first option string ->
+    the lines of its entry, joined."""
+    entries: dict[str, str] = {}
+    name = None
+    for line in text.splitlines():
+        m = re.match(r"  (-[-\w]+)", line)
+        if m:
+            name = m.group(1)
+            entries[name] = line
+        elif name and line.startswith("      "):
+            entries[name] += " " + line.strip()
+        else:
+            name = None
+    return entries
+
+
+@pytest.mark.parametrize("command", ["", "memory", "scaling"])
+def test_trainer_help_shows_every_default(command):
+    """``python -m trainer --help`` lists the memory and scaling subcommands,
+    and every option of each command line says what it is by default (or
+    that it is required)."""
+    text = _help(*([command] if command else []))
+    if not command:
+        for sub in ("memory", "scaling"):
+            assert re.search(rf"^\s+{sub}\s+\S", text, re.M), f"no line for {sub}:\n{text}"
+    entries = _option_entries(text)
+    assert "--json" in entries, text
+    if not command:
+        assert {"--strategy", "--steps", "--batch", "--timeline"} <= set(entries), text
+    missing = [name for name, entry in entries.items()
+               if name not in ("-h", "--help") and "default" not in entry
+               and "required" not in entry]
+    assert not missing, f"options without a default: {missing}\n{text}"
