@@ -88,3 +88,24 @@ def test_trainer_help_shows_every_default(command):
                if name not in ("-h", "--help") and "default" not in entry
                and "required" not in entry]
     assert not missing, f"options without a default: {missing}\n{text}"
+
+
+@pytest.mark.parametrize("steps", [5, 10])
+def test_ps_with_staleness_traffic_is_predicted(tmp_path, steps):
+    """With staleness S the last S versions of the weights are never sent,
+    so a worker moves (2 - S/T)·Ψ·b per step over T steps; the prediction
+    counts that, and measured over predicted is 1 up to the padding."""
+    out = tmp_path / "ps.json"
+    p = run_mpi(4, ["-m", "trainer", "--strategy", "ps", "--staleness", "2", "--lr", "2e-4",
+                    "--steps", str(steps), "--width", "256", "--layers", "3", "--quiet",
+                    "--json", str(out)], timeout=180)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    tr, pad, b = rep["traffic"], rep["padding_elements"], rep["bytes_per_element"]
+    for r in range(4):
+        got, want = tr["measured_bytes_per_rank"][r], tr["predicted_bytes_per_rank"][r]
+        # the padding moves too, one pass each way per worker and step
+        assert abs(got - want) <= 2 * 3 * pad * b + 1e-6, (r, got, want)
+    ratios = re.findall(r"^\s*\d+\s+(?:\S+\s+){4}(\S+)", p.stdout, re.M)
+    assert len(ratios) == 4 and all(x == "1.0000" for x in ratios) or pad, p.stdout
+
