@@ -109,3 +109,42 @@ def test_ps_with_staleness_traffic_is_predicted(tmp_path, steps):
     ratios = re.findall(r"^\s*\d+\s+(?:\S+\s+){4}(\S+)", p.stdout, re.M)
     assert len(ratios) == 4 and all(x == "1.0000" for x in ratios) or pad, p.stdout
 
+
+# the algorithm that all_reduce, reduce_scatter, all_gather, all_to_all and
+# broadcast offer on shm as "in_place" is to be named "one_copy_or_staged":
+# docs/api.md gives the new name
+RENAMED = {"in_place": "one_copy_or_staged"}
+ALGORITHMS_JOB = """
+import json, sys
+import collectives as cc
+from collectives.families import CALLS
+with cc.init(transport=sys.argv[1]) as comm:
+    if comm.rank == 0:
+        print(json.dumps({c: comm.algorithms(c) for c in CALLS}))
+"""
+
+
+def _offered(transport: str) -> dict[str, list[str]]:
+    p = run_mpi(2, ["-c", ALGORITHMS_JOB, transport], timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return {c: [RENAMED.get(a, a) for a in names]
+            for c, names in json.loads(p.stdout.strip().splitlines()[-1]).items()}
+
+
+def test_api_doc_lists_the_algorithms_offered():
+    """docs/api.md's example of comm.algorithms("all_gather") on shm, and its
+    table of the names every transport offers (two_shot on shm alone)."""
+    doc = (ROOT / "docs" / "api.md").read_text()
+    example = re.search(r'print\(comm\.algorithms\("all_gather"\)\)\s*# (\[.*?\]) on shm', doc)
+    assert example, "docs/api.md has no example of comm.algorithms('all_gather') on shm"
+    section = doc[doc.index("\n## Algorithms"):]
+    rows = section[section.index("| call | names |"):].split("\n\n")[0]
+    table = {m.group(1): re.findall(r"`(\w+)`", m.group(2))
+             for m in re.finditer(r"^\| `(\w+)` \| (`.*`) \|$", rows, re.M)}
+    shm, mpi = _offered("shm"), _offered("mpi")
+    assert json.loads(example.group(1).replace("'", '"')) == shm["all_gather"]
+    assert set(table) == set(shm) == set(mpi)
+    for call, names in table.items():
+        assert shm[call][:len(names)] == names, (call, shm[call], names)
+        assert mpi[call] == [a for a in names if a != "two_shot"], (call, mpi[call], names)
+    assert "two_shot" in table["all_reduce"] and "two_shot" not in mpi["all_reduce"]
