@@ -148,3 +148,24 @@ def test_api_doc_lists_the_algorithms_offered():
         assert shm[call][:len(names)] == names, (call, shm[call], names)
         assert mpi[call] == [a for a in names if a != "two_shot"], (call, mpi[call], names)
     assert "two_shot" in table["all_reduce"] and "two_shot" not in mpi["all_reduce"]
+
+
+def test_error_words():
+    """``describe``: an error in the words a notice quotes, never "Type: "
+    with nothing after it; ``broken_error``: the refused call first, then the
+    call that broke the communicator and what broke it."""
+    from transports.base import broken_error
+    from transports.errors import CollectiveError, PeerFailure, describe
+    assert describe(KeyboardInterrupt()) == "KeyboardInterrupt"
+    assert describe(ValueError("bad")) == "ValueError: bad"
+    assert describe(CollectiveError("detail", call="all_reduce")) == "detail"
+    earlier = PeerFailure("rank(s) [1] died during all_reduce", call="all_reduce", ranks=[1])
+    e = broken_error(earlier, "barrier")
+    assert isinstance(e, PeerFailure) and e.call == "barrier" and e.ranks == [1]
+    assert str(e) == ("barrier: the communicator is unusable after an earlier error in "
+                      "all_reduce: rank(s) [1] died during all_reduce")
+    e = broken_error(KeyboardInterrupt(), "barrier")
+    assert type(e) is CollectiveError
+    assert str(e) == "barrier: the communicator is unusable after an earlier error: " \
+                     "KeyboardInterrupt"
+
