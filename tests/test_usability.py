@@ -169,3 +169,18 @@ def test_error_words():
     assert str(e) == "barrier: the communicator is unusable after an earlier error: " \
                      "KeyboardInterrupt"
 
+
+def test_mpi_error_in_one_line():
+    """A message that MPI failed, and no notice or death to explain it: MPI's
+    reason in one line (its class and the innermost cause), not MPICH's
+    error stack."""
+    from transports.mpi import mpi_reason
+    stack = ("Other MPI error, error stack:\n"
+             "internal_Test(109).....: MPI_Test(request=0x7f1, flag=0x7f2, status=0x7f3) failed\n"
+             "MPIDI_IPC_rndv_cb(176).: \n"
+             "MPIDI_CMA_copy_data(68): \n"
+             "copy_iovs(224).........: process_vm_readv failed (errno 14)")
+    assert mpi_reason(RuntimeError(stack)) == \
+        "Other MPI error: process_vm_readv failed (errno 14)"
+    assert mpi_reason(RuntimeError("Message truncated")) == "Message truncated"
+    assert mpi_reason(RuntimeError("")) == "RuntimeError"
