@@ -87,9 +87,10 @@ def inter_traffic(strategy: str, host_of: list[int], psi: float, b: int = 2, ran
 
     The parameter server's messages are to and from rank 0: a worker on
     another host than the server's moves all of its 2·Ψ·b across, the server
-    2·Ψ·b per such worker (with staleness over ``steps``: ``ps_rounds``).  The flat ring sends everything to the next rank,
-    so a rank moves all of its bytes across or none, as its right-hand
-    neighbour is on another host or not.  The hierarchical algorithms (on
+    2·Ψ·b per such worker (times ``ps_rounds`` with staleness over
+    ``steps``).  The flat ring sends everything to the next rank, so a rank
+    moves all of its bytes across or none, as its right-hand neighbour is on
+    another host or not.  The hierarchical algorithms (on
     hosts of L ranks each) move across the textbook bytes of H ranks, one per
     host, shared by the L ranks of a host.  None where there is no such
     figure (another algorithm, or hierarchical on hosts of unequal sizes)."""
