@@ -136,7 +136,7 @@ prints the comparison alone, ``--hosts off`` leaves it out.  With
 
 ``--plot FILE.png`` draws the out-of-place busbw against size (one panel
 per collective), one line per algorithm and one for MPI; it needs matplotlib (the ``plot``
-extra) and says so if missing.
+extra): without it the command exits with status 2 before it measures anything.
 
 Micro-benchmarks of single-process hot paths: ``python -m pytest bench/micro
 --benchmark-only``.

@@ -140,6 +140,11 @@ def parse_args(argv: Optional[Sequence[str]], rank: int, size: int) -> argparse.
         p.error("budget must be positive")
     if a.repeat < 1:
         p.error("repeat must be at least 1")
+    if a.plot:  # before anything runs, not after the whole benchmark
+        from .report import plotting_missing
+        missing = plotting_missing()
+        if missing:
+            p.error(missing)
     return a
 
 

@@ -180,15 +180,28 @@ def write_json(path: str, results: list[Result], as_list: bool,
         f.write("\n")
 
 
+PLOT_NEEDS = ("--plot needs matplotlib (pip install matplotlib, or the package's "
+              "'plot' extra)")
+
+
+def plotting_missing() -> Optional[str]:
+    """Why ``--plot`` cannot draw (matplotlib does not import), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        return f"{PLOT_NEEDS}: {e}"
+    return None
+
+
 def write_plot(path: str, results: list[Result]) -> bool:
-    """busbw against size, one panel per collective; False if matplotlib is missing."""
+    """busbw against size, one panel per collective; False if matplotlib is missing
+    (the command line checks that before it runs anything)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("bench: --plot needs matplotlib (pip install matplotlib, or the package's "
-              "'plot' extra); no plot written", file=sys.stderr, flush=True)
+        print(f"bench: {PLOT_NEEDS}; no plot written", file=sys.stderr, flush=True)
         return False
     panels = [r for r in results if any(row.bytes > 0 for row in r.rows)]
     if not panels:

@@ -15,6 +15,13 @@ split: rank 1 SIGKILLs itself at once; the others call comm.split, which
        must raise PeerFailure or CollectiveTimeout (not wait in MPI forever).
 uncaught: rank 1 raises an uncaught exception while the others wait in a
        barrier: the excepthook that cc.init installs aborts the whole job.
+interrupt: (2 ranks) rank 1 is interrupted (KeyboardInterrupt, as Ctrl-C
+       raises it) inside a broadcast from it of 8 MB, after it has posted its
+       sends; the memory of its buffer then goes (as it does when a process
+       exits) while it stays alive, before rank 0 joins the call.  Rank 0
+       must raise the library's error naming rank 1 and its
+       KeyboardInterrupt, and its next call, a barrier, an error that starts
+       with "barrier:" and names the broadcast.
 stall: the last rank arrives late, but before the timeout; the others log
        where they wait (COLLECTIVES_STALL_WARN) and finish normally.
 slow:  (2 ranks, one slot of 4 KiB per channel, a timeout of 1 s) a message
@@ -145,6 +152,56 @@ def inject(comm, after: int) -> None:
             setattr(ep, name, fail)
 
 
+def interrupted(comm, outdir: str) -> None:
+    """The interrupt scenario (see the module)."""
+    import ctypes
+    import mmap
+    nbytes = 8 << 20
+    if comm.rank == 1:
+        area = mmap.mmap(-1, nbytes)
+        x = np.frombuffer(area, np.uint8)
+        x[:] = 1
+        ep = comm._t.coll
+
+        def interrupt(*a, **k):
+            raise KeyboardInterrupt
+        for name in ("waitall", "exchange", "expose"):  # where a call waits or publishes
+            if hasattr(ep, name):
+                setattr(ep, name, interrupt)
+        try:
+            comm.broadcast(x, root=1)
+        except KeyboardInterrupt:
+            address = ctypes.addressof(ctypes.c_char.from_buffer(area))
+            ctypes.CDLL(None).munmap(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
+            write(outdir, 1, state="interrupted")
+            linger(outdir, comm.size, skip={1})
+            os._exit(1)
+        write(outdir, 1, state="no interrupt")
+        os._exit(1)
+    time.sleep(1.0)  # rank 1 has given up and unmapped its buffer
+    try:
+        comm.broadcast(np.zeros(nbytes, np.uint8), root=1)
+    except cc.CollectiveError as e:
+        first = e
+    else:
+        write(outdir, comm.rank, state="no error")
+        return
+    try:
+        comm.barrier()
+        after = "no error"
+    except cc.CollectiveError as e:
+        after = str(e)
+    raise _Reported(first, after)
+
+
+class _Reported(Exception):
+    """The interrupt scenario's two errors, for main's report."""
+
+    def __init__(self, first, after: str):
+        super().__init__(str(first))
+        self.first, self.after = first, after
+
+
 def _stacks() -> str:
     import traceback
     return "\n".join(f"thread {t}:\n" + "".join(traceback.format_stack(f))
@@ -227,6 +284,8 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
         elif scenario == "slow":
             took = slow(comm) if r < 2 else {}
             write(outdir, r, state="no error", took=took)
+        elif scenario == "interrupt":
+            interrupted(comm, outdir)
         elif scenario == "uncaught":
             if r == 1:
                 raise RuntimeError("an error in rank 1's own code")
@@ -236,13 +295,19 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
         write(outdir, r, state="error", error=type(e).__name__, message=str(e),
               call=e.call, ranks=e.ranks, seconds=time.monotonic() - t0,
               timeout_error=isinstance(e, TimeoutError))
+    except _Reported as rep:
+        e = rep.first
+        write(outdir, r, state="error", error=type(e).__name__, message=str(e),
+              call=e.call, ranks=e.ranks, seconds=time.monotonic() - t0,
+              timeout_error=isinstance(e, TimeoutError), next_message=rep.after)
     except BaseException as e:  # anything else is a bug: say which, then leave
         import traceback
         write(outdir, r, state="crashed", error=type(e).__name__, message=str(e),
               traceback=traceback.format_exc()[-3000:])
         os._exit(3)
     watchdog.cancel()
-    skip = {1} if scenario in ("kill", "raise", "trainer", "split") else set() if scenario == "slow" \
+    skip = {1} if scenario in ("kill", "raise", "trainer", "split", "interrupt") \
+        else set() if scenario == "slow" \
         else {n - 1}
     linger(outdir, n, skip=skip)
     os._exit(0)

@@ -224,6 +224,39 @@ def test_fault_inside_a_trainer_step(strategy, transport):
     _survivors_fail(fault_job(3, "trainer", transport, [strategy]), 3, transport, strategy)
 
 
+@pytest.fixture(scope="module", params=["shm", "mpi"])
+def interrupted(request):
+    """Rank 1 interrupted (KeyboardInterrupt) inside a broadcast from it, its
+    buffer's memory gone before rank 0 reads it (faults.py): rank 0's report."""
+    res = fault_job(2, "interrupt", request.param, [])
+    assert res.get(1, {}).get("state") == "interrupted", res.get(1)
+    info = res.get(0, {})
+    assert info.get("state") == "error", info
+    return info
+
+
+def test_interrupted_rank_is_named(interrupted):
+    """Rank 0 raises the library's error naming rank 1 and its
+    KeyboardInterrupt, not MPI's error stack (on mpi, rank 0's read of the
+    gone memory fails before it looks for rank 1's notice)."""
+    info = interrupted
+    assert info["error"] in ("CollectiveError", "PeerFailure") and info["ranks"] == [1], info
+    msg = info["message"]
+    assert msg.startswith("broadcast: rank 1 detected an error in broadcast #"), info
+    assert "KeyboardInterrupt" in msg and "MPI" not in msg, info
+
+
+def test_interrupted_rank_error_text(interrupted):
+    """The notice says "KeyboardInterrupt", with no empty ": " after it, and
+    rank 0's next call, refused, names itself first and then the call that
+    broke the communicator."""
+    info = interrupted
+    msg = info["message"]
+    assert msg.endswith("KeyboardInterrupt"), info
+    assert info["next_message"] == "barrier: the communicator is unusable after an earlier " \
+        "error in " + msg, info
+
+
 def test_uncaught_exception_aborts_the_job():
     """Without the excepthook the other ranks would wait in their barrier
     for the 60 s timeout; with it mpiexec ends the job at once."""

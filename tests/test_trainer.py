@@ -14,13 +14,16 @@ B = 2   # fp16 bytes per element
 K = 12  # optimizer bytes per parameter: fp32 master, m and v
 
 
-def traffic_bytes(s: str, n: int, psi: int, rank: int, accum: int) -> float:
+def traffic_bytes(s: str, n: int, psi: int, rank: int, accum: int, staleness: int = 0,
+                  steps: int = 1) -> float:
     """Bytes per rank and step, as docs/trainer.md derives them: a ring
     reduce-scatter or all-gather of Ψ·b sends (N-1)/N·Ψ·b; the parameter
-    server's figure is what a rank sends and receives."""
+    server's figure is what a rank sends and receives, and with staleness S
+    < T the last S versions are never sent: (2 - S/T) Ψ b per worker."""
     ring = (n - 1) / n * psi * B
     if s == "ps":
-        return 2 * (n - 1) * psi * B if rank == 0 else 2 * psi * B
+        worker = (2 - staleness / steps) * psi * B
+        return (n - 1) * worker if rank == 0 else worker
     return {"ddp": 2 * ring, "zero1": 2 * ring, "zero2": (accum + 1) * ring,
             "zero3": 3 * accum * ring}[s]
 
@@ -80,12 +83,8 @@ def test_traffic_matches_formula(checks):
         assert tr["convention"] == ("sent+recv" if s == "ps" else "sent")
         for r in range(n):
             got = tr["measured_bytes_per_rank"][r]
-            want = traffic_bytes(s, n, psi, r, rep["accum"])
+            want = traffic_bytes(s, n, psi, r, rep["accum"], rep["staleness"], len(c["losses"]))
             assert tr["predicted_bytes_per_rank"][r] == pytest.approx(want, rel=1e-12)
-            if s == "ps" and rep["staleness"]:
-                # the last S versions are never taken: (2 - S/T) Ψ b per worker and step
-                T, S = len(c["losses"]), rep["staleness"]
-                want *= 1 - S / (2 * T)
             # padding moves too: at most 3 passes of (N-1)/N of it per micro-batch
             slack = 3 * rep["accum"] * pad * B
             assert abs(got - want) <= slack + 1e-6, f"{s} {c['options']} rank {r}: {got} vs {want}"

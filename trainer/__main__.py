@@ -22,53 +22,88 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 SWITCH_INTERVAL = 0.0005
 
 
+SUBCOMMANDS = """\
+subcommands (no mpiexec; each has its own --help):
+  memory    model-state memory per device of DDP and each ZeRO stage, for any
+            Ψ, N and K: python -m trainer memory --params 7.5e9 --ranks 64
+  scaling   samples/s and speed-up at N = 1, 2, 4 (it runs mpiexec itself),
+            and DDP's step with the all-reduce overlapped or not:
+            python -m trainer scaling --strategy ddp --ranks 1,2,4
+"""
+
+
 def train_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainer",
+                                usage="mpiexec -n N python -m trainer [options]\n"
+                                      "       python -m trainer {memory,scaling} [options]",
                                 description="Data-parallel training on the collectives "
-                                            "(under mpiexec), with traffic and memory "
-                                            "measured against the formulas.")
+                                            "(under mpiexec), with traffic and memory\n"
+                                            "measured against the formulas.",
+                                epilog=SUBCOMMANDS,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--strategy", default="ddp",
-                   choices=["ps", "ddp", "zero1", "zero2", "zero3", "pipeline", "tensor"])
-    p.add_argument("--steps", type=int, default=20)
+                   choices=["ps", "ddp", "zero1", "zero2", "zero3", "pipeline", "tensor"],
+                   help="parameter server, DDP, ZeRO stage 1-3, or the pipeline or "
+                        "tensor-parallel model below (default %(default)s)")
+    p.add_argument("--steps", type=int, default=20, help="training steps (default %(default)s)")
     p.add_argument("--batch", type=int, default=None,
                    help="global samples per step (default 64; 512 for pipeline, tensor)")
-    p.add_argument("--accum", type=int, default=1, help="micro-batches per step")
+    p.add_argument("--accum", type=int, default=1,
+                   help="micro-batches per step (default %(default)s)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default %(default)g)")
-    p.add_argument("--bucket-mb", type=float, default=4.0, help="gradient bucket size (ddp, zero1, zero2)")
+    p.add_argument("--bucket-mb", type=float, default=4.0,
+                   help="gradient bucket size in MB (ddp, zero1, zero2; default %(default)g)")
     p.add_argument("--no-overlap", action="store_true",
-                   help="start the gradient collectives after backward instead of during it")
+                   help="start the gradient collectives after backward instead of during it "
+                        "(default: during)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--sync", action="store_true", help="ps: every step waits (staleness 0)")
+    g.add_argument("--sync", action="store_true",
+                   help="ps: staleness 0, every step waits for its update (default: off, "
+                        "--staleness decides)")
     g.add_argument("--staleness", type=int, default=0,
-                   help="ps: workers compute with weights at most S updates old")
+                   help="ps: workers compute with weights at most S updates old "
+                        "(default %(default)s)")
     p.add_argument("--dtype", choices=["fp16", "bf16"],  # trainer.mixed.HALF
                    help="half type of parameters and gradients (ps, ddp, zero1-3): fp16 "
-                        "(the default) with dynamic loss scaling, or bf16 without")
+                        "with dynamic loss scaling, or bf16 without (default fp16)")
     p.add_argument("--loss-scale", type=float, default=2.0 ** 12,
                    help="initial loss scale of fp16 (default %(default)g)")
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--width", type=int, default=1024)
-    p.add_argument("--d-in", type=int, default=256)
-    p.add_argument("--d-out", type=int, default=256)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layers", type=int, default=6,
+                   help="linear layers of the MLP (default %(default)s)")
+    p.add_argument("--width", type=int, default=1024,
+                   help="units of its hidden layers (default %(default)s)")
+    p.add_argument("--d-in", type=int, default=256, help="input features (default %(default)s)")
+    p.add_argument("--d-out", type=int, default=256, help="outputs (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the data and the initial weights (default %(default)s)")
     p.add_argument("--algorithm", default="ring",
-                   help="algorithm of every collective ('auto' lets the library choose)")
-    p.add_argument("--transport", default="auto", choices=["auto", "shm", "mpi", "hier"])
+                   help="algorithm of every collective ('auto' lets the library choose; "
+                        "default %(default)s)")
+    p.add_argument("--transport", default="auto", choices=["auto", "shm", "mpi", "hier"],
+                   help="transport of the library (default %(default)s)")
     g = p.add_argument_group("pipeline, tensor and the process grid (a small next-token model)")
-    g.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved"])
-    g.add_argument("--micro-batches", type=int, default=4, help="m, per step")
-    g.add_argument("--chunks", type=int, default=2, help="v, model chunks per rank (interleaved)")
+    g.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved"],
+                   help="pipeline schedule (default %(default)s)")
+    g.add_argument("--micro-batches", type=int, default=4,
+                   help="m, per step (default %(default)s)")
+    g.add_argument("--chunks", type=int, default=2,
+                   help="v, model chunks per rank (interleaved; default %(default)s)")
     g.add_argument("--dp", type=int, help="data-parallel replicas (default: 1)")
-    g.add_argument("--tp", type=int, help="tensor-parallel ranks (default: N for tensor)")
-    g.add_argument("--pp", type=int, help="pipeline stages (default: N for pipeline)")
-    g.add_argument("--vocab", type=int, default=256)
-    g.add_argument("--d-model", type=int, default=256)
-    g.add_argument("--ffn", type=int, default=1024, help="hidden units of each block")
-    g.add_argument("--blocks", type=int, default=8)
+    g.add_argument("--tp", type=int, help="tensor-parallel ranks (default: N for tensor, else 1)")
+    g.add_argument("--pp", type=int, help="pipeline stages (default: N for pipeline, else 1)")
+    g.add_argument("--vocab", type=int, default=256, help="vocabulary size (default %(default)s)")
+    g.add_argument("--d-model", type=int, default=256,
+                   help="width of the residual stream (default %(default)s)")
+    g.add_argument("--ffn", type=int, default=1024,
+                   help="hidden units of each block (default %(default)s)")
+    g.add_argument("--blocks", type=int, default=8,
+                   help="residual MLP blocks (default %(default)s)")
     g.add_argument("--timeline", metavar="FILE.png",
-                   help="draw each rank's forward, backward and idle time (needs matplotlib)")
-    p.add_argument("--json", metavar="FILE", help="write the report as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+                   help="draw each rank's forward, backward and idle time (needs matplotlib; "
+                        "default: none)")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON (default: none)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress line (default: rank 0 shows one)")
     return p
 
 
@@ -123,14 +158,24 @@ def main(argv=None) -> int:
     return 0
 
 
+def _timeline_missing() -> str | None:
+    """Why ``--timeline`` cannot draw (matplotlib does not import), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        return f"--timeline needs matplotlib (pip install '.[plot]'): {e}"
+    return None
+
+
 def _grid(a) -> int:
     import collectives as cc
     from .grid import train
     if a.timeline:
-        import importlib.util
-        if importlib.util.find_spec("matplotlib") is None:
-            print("python -m trainer: error: --timeline needs matplotlib "
-                  "(pip install '.[plot]')", file=sys.stderr)
+        missing = _timeline_missing()
+        if missing:  # every rank stops; rank 0 says why
+            from mpi4py import MPI
+            if MPI.COMM_WORLD.Get_rank() == 0:
+                print(f"python -m trainer: error: {missing}", file=sys.stderr)
             return 2
     sys.setswitchinterval(SWITCH_INTERVAL)
     with cc.init(transport=a.transport) as comm:

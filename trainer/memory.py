@@ -11,10 +11,13 @@ def main(argv) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer memory",
                                 description="Model-state memory per device (GB = 1e9 bytes) "
                                             "for DDP and each ZeRO stage, fp16 or bf16 mixed precision.")
-    p.add_argument("--params", type=float, required=True, help="Ψ, e.g. 7.5e9")
-    p.add_argument("--ranks", type=int, required=True, help="N, data-parallel degree")
-    p.add_argument("--k", type=float, default=12, help="optimizer bytes per parameter (Adam: 12)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--params", type=float, required=True, help="Ψ, e.g. 7.5e9 (required)")
+    p.add_argument("--ranks", type=int, required=True,
+                   help="N, data-parallel degree (required)")
+    p.add_argument("--k", type=float, default=12,
+                   help="optimizer bytes per parameter (default %(default)g, Adam's)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON instead of a table (default: a table)")
     a = p.parse_args(argv)
     if a.params <= 0 or a.ranks < 1 or a.k < 0:
         p.error("--params must be > 0, --ranks >= 1, --k >= 0")

@@ -153,19 +153,26 @@ def main(argv) -> int:
                    help=f"comma-separated strategies of {list(STRATEGIES)} (default %(default)s)")
     p.add_argument("--dtype", default="fp16",
                    help="comma-separated half types, fp16 and/or bf16 (default %(default)s)")
-    p.add_argument("--ranks", default="1,2,4", help="comma-separated world sizes")
+    p.add_argument("--ranks", default="1,2,4",
+                   help="comma-separated world sizes (default %(default)s)")
     p.add_argument("--args", default=" ".join(SCALING),
                    help="trainer options of the scaling runs (default: %(default)s)")
     p.add_argument("--overlap-args", default=" ".join(OVERLAP),
                    help="trainer options of the overlap runs (default: %(default)s)")
-    p.add_argument("--overlap-ranks", type=int, default=2)
+    p.add_argument("--overlap-ranks", type=int, default=2,
+                   help="world size of the overlap runs (default %(default)s)")
     p.add_argument("--repeat", type=int, default=3,
-                   help="runs per point, interleaved; the median is kept (the machine is shared)")
-    p.add_argument("--no-overlap-check", action="store_true")
+                   help="runs per point, interleaved, of which the median is kept (the "
+                        "machine may be shared; default %(default)s)")
+    p.add_argument("--no-overlap-check", action="store_true",
+                   help="leave out the overlap runs (default: run them)")
     p.add_argument("--kernels-check", action="store_true",
-                   help="also DDP fp16 on the overlap runs with the reduction kernels on and off")
-    p.add_argument("--timeout", type=float, default=600)
-    p.add_argument("--json", metavar="FILE")
+                   help="also DDP fp16 on the overlap runs with the reduction kernels on and "
+                        "off (default: off)")
+    p.add_argument("--timeout", type=float, default=600,
+                   help="seconds each run may take (default %(default)g)")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the results as JSON (default: none)")
     a = p.parse_args(argv)
     strategies = _list(a.strategy, STRATEGIES, "--strategy")
     dtypes = _list(a.dtype, ("fp16", "bf16"), "--dtype")

@@ -86,7 +86,8 @@ def _report(cfg, strat, model, n, steps, wall, every) -> dict:
     conv = claims.traffic_convention(cfg.strategy)
     sent, recv = every[:, 0] / T, every[:, 1] / T
     measured = sent + recv if conv == "sent+recv" else sent
-    pred_t = [claims.traffic(cfg.strategy, n, psi, b, r, cfg.accum) for r in range(n)]
+    pred_t = [claims.traffic(cfg.strategy, n, psi, b, r, cfg.accum, cfg.staleness, T)
+              for r in range(n)]
     pred_m = [claims.memory(cfg.strategy, n, psi, 12, r, cfg.staleness) for r in range(n)]
     times = [s["time_s"] for s in steps[1:]] or [steps[0]["time_s"]]
     return {
@@ -119,8 +120,8 @@ def _inter_host(cfg, model, comm, every, rep: dict) -> dict:
     measured = sent + recv if conv == "sent+recv" else sent
     hier = comm.transport == "hier" and cfg.algorithm in (None, "auto")
     known = cfg.strategy == "ps" or hier or cfg.algorithm == "ring"
-    pred = [claims.inter_traffic(cfg.strategy, host_of, model.n_params, b, r, cfg.accum, hier)
-            if known else None for r in range(n)]
+    pred = [claims.inter_traffic(cfg.strategy, host_of, model.n_params, b, r, cfg.accum, hier,
+                                 cfg.staleness, T) if known else None for r in range(n)]
     return {"convention": conv, "host_of_rank": host_of,
             "algorithms": "hierarchical" if hier else cfg.algorithm,
             "measured_bytes_per_rank": measured.tolist(), "predicted_bytes_per_rank": pred,

@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import CollectiveError, CollectiveTimeout, PeerFailure
+from .errors import CollectiveError, CollectiveTimeout, PeerFailure, describe
 from .hosts import Hosts, single
 
 log = logging.getLogger("collectives")
@@ -350,9 +350,13 @@ class Deadline:
                 ranks=late)
 
 
-def broken_error(reason: BaseException) -> CollectiveError:
-    """The error of a call on a communicator that an earlier error broke: of
-    the earlier error's class (a PeerFailure stays a PeerFailure), naming it."""
+def broken_error(reason: BaseException, call: str | None = None) -> CollectiveError:
+    """The error of ``call``, refused on a communicator that an earlier error
+    broke: of the earlier error's class (a PeerFailure stays a PeerFailure),
+    naming that error and its call ("barrier: the communicator is unusable
+    after an earlier error in all_reduce: ...")."""
     kind = type(reason) if isinstance(reason, CollectiveError) else CollectiveError
-    return kind(f"the communicator is unusable after an earlier error: {reason}",
-                ranks=getattr(reason, "ranks", ()))
+    earlier = getattr(reason, "call", None)
+    where = f" in {earlier}" if earlier else ""
+    return kind(f"the communicator is unusable after an earlier error{where}: "
+                f"{describe(reason)}", call=call, ranks=getattr(reason, "ranks", ()))

@@ -3,7 +3,8 @@
 Two kinds of ``CollectiveError`` have one wording on every transport, so
 they are built here: ``mismatched`` (ranks whose calls move different
 numbers of bytes) and ``peer_notice`` (another rank of the call detected an
-error and said so).
+error and said so); ``describe`` puts any error in the words that a notice
+or a later error quotes.
 """
 from __future__ import annotations
 
@@ -38,6 +39,16 @@ class CollectiveTimeout(CollectiveError, TimeoutError):
 
 class PeerFailure(CollectiveError):
     """A peer process died (or its endpoint broke) while we depended on it."""
+
+
+def describe(e: BaseException) -> str:
+    """Error ``e`` in words, without the call a CollectiveError names: its
+    detail, else "Type: text", or the type alone where the text is empty (a
+    KeyboardInterrupt, say), never "Type: " with nothing after it."""
+    if isinstance(e, CollectiveError):
+        return e.detail
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def mismatched(peer: int, seq: int, theirs: int | None, rank: int, mine: int) -> CollectiveError:

@@ -58,6 +58,18 @@ def key_modulus(tag_ub: int) -> int:
 _ABANDONED: list = []
 
 
+def mpi_reason(e: Exception) -> str:
+    """An MPI error in one line: its class and the innermost cause of MPICH's
+    error stack ("Other MPI error: process_vm_readv failed (errno 14)"),
+    not the whole stack."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    kind = lines[0].split(", error stack")[0].rstrip(":, ")
+    cause = lines[-1].split(": ", 1)[-1].strip() if len(lines) > 1 else ""
+    return f"{kind}: {cause}" if cause and cause != kind else kind
+
+
 def _drain(comm, patience: float = 0.2) -> None:
     """Receive and drop what is pending on ``comm`` before it is freed: MPICH
     reuses a freed communicator's context, and a message left over (by a
@@ -294,11 +306,24 @@ class MpiEndpoint(Endpoint):
                 self._pool[0] = base
 
     def failed(self, peer: int, e: Exception) -> CollectiveError:
+        """The error of a message to or from ``peer`` that MPI failed (``e``):
+        in a collective, the notice of a peer that gave up this call or an
+        earlier one (it raised, and the memory MPI was reading went as it
+        unwound or left); PeerFailure where ``peer`` has died; else MPI's
+        reason, naming ``peer``."""
         for _ in range(50):  # a peer that is dying may take a moment to be gone
+            if self.coll:
+                try:
+                    self.t.notices.check(self.tag)
+                except CollectiveError as told:
+                    return told
+                except MPI.Exception:
+                    pass
             if self.t.liveness.dead([peer]):
                 return PeerFailure(f"rank(s) [{peer}] died during {self.what}", ranks=[peer])
             time.sleep(0.01)
-        return CollectiveError(f"message from rank {peer} failed: {e}", ranks=[peer])
+        return CollectiveError(f"message from rank {peer} failed: {mpi_reason(e)}",
+                               ranks=[peer])
 
     def waitall(self, reqs: Iterable[Request]) -> None:
         pending = [r for r in reqs if not r.finished]
