@@ -8,6 +8,7 @@ import numpy as np
 from transports import (CollectiveError, CollectiveTimeout, KINDS, PeerFailure, Transport,
                         open_transport)
 from transports.base import UNCHECKED, broken_error
+from transports.errors import describe
 
 from . import arguments as args
 from . import debug, regions, runtime
@@ -191,7 +192,7 @@ class Communicator(HostsInfo):
         the transport carries it on every message and exchange, so that a
         rank whose call differs is caught without debug mode."""
         if self._broken is not None:
-            raise broken_error(self._broken)
+            raise broken_error(self._broken, call)
         ep = self._t.coll
         # debug mode compares sizes in its signatures first (UNCHECKED meanwhile)
         ep.tag, ep.key = seq, key if mine is None else UNCHECKED
@@ -214,7 +215,7 @@ class Communicator(HostsInfo):
             if _news(e) or (isinstance(e, PeerFailure) and not getattr(e, "relayed", False)
                             and self._t.caps.relays_deaths):
                 # the other ranks would wait for this one until their timeout
-                what = e.detail if isinstance(e, CollectiveError) else f"{type(e).__name__}: {e}"
+                what = describe(e)
                 self._t.notify(seq, f"rank {self.rank} detected an error in {call} #{seq}: "
                                     f"{what}")
             raise
@@ -390,7 +391,7 @@ class Communicator(HostsInfo):
         self._open(call)
         self._exec.drain()  # no call in flight while the ranks allocate
         if self._broken is not None:
-            raise broken_error(self._broken)
+            raise broken_error(self._broken, call)
         return regions.allocate(call, shape, dtype, zero, self._mpi, self._t)
 
     # -- point to point (collectives/p2p.py) ---------------------------------

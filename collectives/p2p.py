@@ -30,7 +30,7 @@ class PointToPoint:
     def guard(self, call: str, fn: Callable[[], Any]) -> Any:
         """``fn()``, a step of ``call``; its CollectiveError breaks the endpoint."""
         if self._broken is not None:
-            raise broken_error(self._broken)
+            raise broken_error(self._broken, call)
         try:
             return fn()
         except CollectiveError as e:
