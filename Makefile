@@ -8,7 +8,8 @@ MPIEXEC := $(VENV)/bin/mpiexec
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py collectives/_ntcopy.c collectives/_kernels.c collectives/_kernels_body.h
+$(VENV)/.installed: pyproject.toml setup.py transports/_native.c transports/native_api.h \
+		collectives/_kernels.c collectives/_kernels_body.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -71,4 +72,5 @@ mutants: venv
 	$(PY) tests/mutants.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache build collectives/_ntcopy*.so collectives/_kernels*.so
+	rm -rf $(VENV) *.egg-info .pytest_cache build transports/_native*.so collectives/_kernels*.so \
+		collectives/_ntcopy*.so

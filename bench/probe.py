@@ -17,7 +17,7 @@ from favouring whichever ran first (the default choices come from it).
 (as ``COLLECTIVES_STREAM_BYTES=0`` would), in the same job; ``--alloc comm``
 puts our buffers in communicator-allocated arrays (as ``bench --alloc comm``);
 Each ``ab`` line ends with the share of every rank's input that huge pages
-back (``transports/_thp.py``; the same arrays are MPI's inputs).
+back (``transports/shm/_thp.py``; the same arrays are MPI's inputs).
 ``--huge-pages off`` stops numpy from asking the kernel for transparent huge
 pages for its arrays of 4 MiB and more (``madvise(MADV_HUGEPAGE)``, numpy's
 default, ``on``), for MPI's buffers and ours alike.
@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from transports import _thp
+from transports.shm import _thp
 
 
 def _timed(world, fn, iters: int) -> float:
@@ -80,7 +80,7 @@ def coherence(comm, world, args) -> None:
 def cma(comm, world, args) -> None:
     """Both ranks read the other's buffer with process_vm_readv at once, then
     both copy locally: MPICH moves large messages the first way."""
-    from transports import _cma
+    from transports.shm import _cma
     r = world.Get_rank()
     for nb in (1 << 20, 4 << 20, 16 << 20):
         src = np.full(nb, r + 1, np.uint8)
@@ -122,7 +122,7 @@ def huge(comm, world, args) -> None:
     each on huge pages or not), then ``all_to_all`` of ``--size`` with its
     source and destination all, half or not on huge pages, alternated R
     times against MPI_Alltoall on the same buffers (N = 2)."""
-    from transports import _cma
+    from transports.shm import _cma
     r, n, nb = world.Get_rank(), world.Get_size(), args.size
     half = nb // 2
     for src_huge, dst_huge in ((1, 1), (1, 0), (0, 1), (0, 0)):

@@ -1,4 +1,4 @@
-/* collectives._kernels: one-pass k-input reductions and streaming copies.
+/* collectives._kernels: one-pass k-input reductions.
  *
  * A reduction of k inputs with numpy ufuncs is k-1 passes, each re-reading
  * and re-writing the output; here every input is read once and the output
@@ -10,11 +10,19 @@
  * set_isa() picks a lower one (for tests).  collectives/kernels.py is the
  * Python face: it checks the arrays; this file checks only what memory
  * safety needs (sizes, overlap).  Build with -ffp-contract=off: float32 and
- * float64 results must be bit for bit numpy's sequence of binary ops. */
+ * float64 results must be bit for bit numpy's sequence of binary ops.
+ *
+ * reducer(dtype, op) hands a reduction to the transports' compiled exchange
+ * (transports._native) as a PyCapsule, by the interface of
+ * transports/native_api.h.  The one compiled copy of the library is
+ * transports._native's; a k = 1 "reduction" here is memcpy, or the uint8
+ * kernel (a copy) where the output streams. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "native_api.h"
 
 #if !defined(__GNUC__)
 #error "collectives._kernels needs GCC or clang (vector extensions); the library falls back to numpy"
@@ -78,12 +86,14 @@ enum { N_DTYPES = 0 FOR_DTYPES(COUNT) };
 static const char *const DTYPE_NAMES[N_DTYPES] = {FOR_DTYPES(NAME_OF)};
 #define SIZE_OF(NAME, S, ...) sizeof(S),
 static const size_t DTYPE_SIZES[N_DTYPES] = {FOR_DTYPES(SIZE_OF)};
+#define INDEX_OF(NAME, ...) DT_##NAME,
+enum { FOR_DTYPES(INDEX_OF) };
 #undef NAME_OF
 #undef SIZE_OF
+#undef INDEX_OF
 
 typedef void (*kernel_fn)(char *out, const char *const *in, size_t k, size_t n,
                           const double *div, int nt);
-typedef void (*copy_fn)(char *d, const char *s, size_t n, int nt);
 
 #define HALF_INTEGER 0
 #define HALF_F16C 1
@@ -92,7 +102,6 @@ typedef void (*copy_fn)(char *d, const char *s, size_t n, int nt);
 struct isa {
     const char *name;
     const kernel_fn (*table)[N_OPS];
-    copy_fn copy;
 };
 
 #if X86
@@ -153,10 +162,10 @@ struct isa {
 #undef BF16_HW
 
 static const struct isa ISAS[] = {
-    {"sse2", table_sse2, copy_sse2},
-    {"avx2", table_avx2, copy_avx2},
-    {"avx512", table_avx512, copy_avx512},
-    {"avx512bf16", table_avx512bf16, copy_avx512bf16},
+    {"sse2", table_sse2},
+    {"avx2", table_avx2},
+    {"avx512", table_avx512},
+    {"avx512bf16", table_avx512bf16},
 };
 
 static int best_isa(void)
@@ -185,7 +194,7 @@ static int best_isa(void)
 #undef NT_BITS
 #undef BF16_HW
 
-static const struct isa ISAS[] = {{"generic", table_generic, copy_generic}};
+static const struct isa ISAS[] = {{"generic", table_generic}};
 
 static int best_isa(void) { return 0; }
 #endif
@@ -289,8 +298,10 @@ static PyObject *reduce(PyObject *self, PyObject *args)
     const struct isa *isa = &ISAS[isa_now];
     Py_BEGIN_ALLOW_THREADS
     if (k == 1 && !divp) { /* a copy: no conversion round trip for half types */
-        if (dst != in[0])
-            isa->copy(dst, in[0], (size_t)o->len, stream);
+        if (dst != in[0] && !stream)
+            memcpy(dst, in[0], (size_t)o->len);
+        else if (dst != in[0]) /* the uint8 kernel of one input: a streamed copy */
+            isa->table[DT_uint8][0](dst, in, 1, (size_t)o->len, NULL, 1);
     } else if (n)
         isa->table[dt][op](dst, in, (size_t)k, n, divp, stream);
     Py_END_ALLOW_THREADS
@@ -304,176 +315,28 @@ done:
     return result;
 }
 
-/* copy(dst, src, stream): dst and src of one size, not overlapping */
-static PyObject *copy(PyObject *self, PyObject *args)
+/* The reducers that reducer() hands out, one per (dtype, op): the kernel of
+ * the instruction set in use when it runs, with no divisor and no streaming */
+static void reduce_with_kernels(const collectives_reducer *self, char *out,
+                                const char *const *in, size_t k, size_t n)
 {
-    Py_buffer d, s;
-    int stream;
-    if (!PyArg_ParseTuple(args, "w*y*p", &d, &s, &stream))
-        return NULL;
-    PyObject *result = NULL;
-    if (d.len != s.len)
-        PyErr_Format(PyExc_ValueError, "copy: dst has %zd bytes, src %zd", d.len, s.len);
-    else if (overlaps(&d, &s))
-        PyErr_SetString(PyExc_ValueError, "copy: dst and src overlap");
-    else {
-        const struct isa *isa = &ISAS[isa_now];
-        Py_BEGIN_ALLOW_THREADS
-        isa->copy((char *)d.buf, (const char *)s.buf, (size_t)d.len, stream);
-        Py_END_ALLOW_THREADS
-        Py_INCREF(Py_None);
-        result = Py_None;
-    }
-    PyBuffer_Release(&d);
-    PyBuffer_Release(&s);
-    return result;
+    ISAS[isa_now].table[self->dtype][self->op](out, in, k, n, NULL, 0);
 }
 
-#ifdef __linux__
-#include <limits.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#define EXCHANGE_REDUCE 1
+static collectives_reducer REDUCERS[N_DTYPES][N_OPS];
 
-/* The small all-reduce through the shm transport's exchange buffers in one
- * call: the protocol of transports/shm_exchange.py (Exchange.run), word for
- * word, then the reduction in rank order.  The plan (an int64 array that
- * Exchange builds once) says where the words are:
- *   [base address, exchange buffer bytes, N, this rank,
- *    then per rank: doorbell (u32 index), its coll SLEEPING flag (u32 index),
- *    its exchanged word (i64 index), the (bytes, call, call size) words of
- *    buffer 0 and of buffer 1 (i64 index of the first), buffer 0 and buffer 1
- *    (byte offsets)].
- * Exchange k: copy x into this rank's buffer k mod 2, publish the bytes, the
- * call and the call size in that buffer's words, then k as the exchanged
- * word; ring every peer (its doorbell + 1, a futex wake where one of its
- * SLEEPING flags, coll's or p2p's, is set); look for the peers' exchanged
- * words a bounded number of times; check what they published; reduce every
- * rank's buffer, rank 0 first, into out with the kernels (the same bits as
- * collectives.ops.in_rank_order).  Returns XR_DONE; XR_LATE where a peer has
- * not published k yet (Python waits as any call does: this function holds
- * the GIL and never sleeps); XR_MISMATCH where a peer published other words
- * (Python checks them again and raises its errors).  Both after publishing. */
-enum { XR_DONE = 0, XR_LATE = 1, XR_MISMATCH = 2 };
-enum { PLAN_HEAD = 4, PLAN_STRIDE = 7, PLAN_MAX_RANKS = 64 };
-enum { P_BELL, P_SLEEP, P_SEQ, P_META0, P_META1, P_BUF0, P_BUF1 };
-/* polls of the peers' words before handing over to Python's wait: about
- * 2 us (1 to 2 ns a poll here), as long as Python's own look (PRESPIN), so
- * that a peer a little behind is caught without a sleep and a rank whose
- * peer needs its core (more ranks than cores) gives it up soon.  No PAUSE
- * between polls: under KVM it can exit to the host (pause-loop exiting),
- * 200 to 300 ns a PAUSE measured on the development VM. */
-#define XR_POLLS 2048
-
-static PyObject *exchange_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* reducer(dtype, op): a PyCapsule of the reduction (transports/native_api.h) */
+static PyObject *reducer(PyObject *self, PyObject *args)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError,
-                        "exchange_reduce(dtype, op, plan, x, out, k, call, key) takes 8 arguments");
+    int dt, op;
+    if (!PyArg_ParseTuple(args, "ii", &dt, &op))
+        return NULL;
+    if (dt < 0 || dt >= N_DTYPES || op < 0 || op >= N_OPS) {
+        PyErr_SetString(PyExc_ValueError, "reducer: dtype or op index out of range");
         return NULL;
     }
-    long dt = PyLong_AsLong(args[0]), op = PyLong_AsLong(args[1]);
-    long long k = PyLong_AsLongLong(args[5]), call = PyLong_AsLongLong(args[6]);
-    long long key = PyLong_AsLongLong(args[7]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (dt < 0 || dt >= N_DTYPES || op < 0 || op >= N_OPS || k < 1) {
-        PyErr_SetString(PyExc_ValueError, "exchange_reduce: dtype, op or k out of range");
-        return NULL;
-    }
-    Py_buffer plan, x, out;
-    if (PyObject_GetBuffer(args[2], &plan, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[3], &x, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&plan);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[4], &out, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&plan);
-        PyBuffer_Release(&x);
-        return NULL;
-    }
-    PyObject *result = NULL;
-    const int64_t *pl = (const int64_t *)plan.buf;
-    size_t words = (size_t)plan.len / sizeof(int64_t);
-    int64_t n = words >= PLAN_HEAD ? pl[2] : 0, me = words >= PLAN_HEAD ? pl[3] : -1;
-    size_t size = DTYPE_SIZES[dt];
-    if (n < 1 || n > PLAN_MAX_RANKS || me < 0 || me >= n ||
-        words < (size_t)(PLAN_HEAD + PLAN_STRIDE * n)) {
-        PyErr_SetString(PyExc_ValueError, "exchange_reduce: not a plan");
-        goto done;
-    }
-    if (x.len != out.len || x.len <= 0 || x.len > pl[1] || (size_t)x.len % size ||
-        (overlaps(&x, &out) && x.buf != out.buf)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "exchange_reduce: x and out must be the same whole number of "
-                        "elements, at most one exchange buffer, the same memory or apart");
-        goto done;
-    }
-    char *base = (char *)(intptr_t)pl[0];
-    volatile uint32_t *u32 = (volatile uint32_t *)base;
-    int64_t *q = (int64_t *)base;
-    const int64_t *mine = pl + PLAN_HEAD + PLAN_STRIDE * me;
-    int par = (int)(k & 1);
-    int64_t nb = (int64_t)x.len;
-    memcpy(base + mine[P_BUF0 + par], x.buf, (size_t)nb);
-    /* publish: the words of this buffer, then the sequence number (release:
-     * a peer that sees k sees the data and the words) */
-    volatile int64_t *w = q + mine[P_META0 + par];
-    w[0] = nb;
-    w[1] = call;
-    w[2] = key;
-    __atomic_store_n(q + mine[P_SEQ], (int64_t)k, __ATOMIC_RELEASE);
-    for (int64_t p = 0; p < n; p++) {
-        if (p == me)
-            continue;
-        const int64_t *r = pl + PLAN_HEAD + PLAN_STRIDE * p;
-        /* a locked add: the new doorbell is visible before the flags are read */
-        __atomic_fetch_add((uint32_t *)(u32 + r[P_BELL]), 1u, __ATOMIC_SEQ_CST);
-        if (u32[r[P_SLEEP]] || u32[r[P_SLEEP] + 1])
-            syscall(SYS_futex, (uint32_t *)(u32 + r[P_BELL]), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    }
-    int64_t late = -1;
-    for (int poll = 0; poll < XR_POLLS; poll++) {
-        late = -1;
-        for (int64_t p = 0; p < n && late < 0; p++)
-            if (p != me && __atomic_load_n(q + pl[PLAN_HEAD + PLAN_STRIDE * p + P_SEQ],
-                                           __ATOMIC_ACQUIRE) < k)
-                late = p;
-        if (late < 0)
-            break;
-    }
-    if (late >= 0) {
-        result = PyLong_FromLong(XR_LATE);
-        goto done;
-    }
-    const char *small_in[8];
-    const char **in = n <= 8 ? small_in : PyMem_Calloc((size_t)n, sizeof(char *));
-    if (!in) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    int bad = 0;
-    for (int64_t p = 0; p < n; p++) {
-        const int64_t *r = pl + PLAN_HEAD + PLAN_STRIDE * p;
-        volatile const int64_t *m = q + r[P_META0 + par];
-        if (p != me && (m[0] != nb || m[1] != call || m[2] != key))
-            bad = 1;
-        in[p] = base + r[P_BUF0 + par];
-    }
-    if (!bad)
-        ISAS[isa_now].table[dt][op]((char *)out.buf, in, (size_t)n, (size_t)nb / size, NULL, 0);
-    if (in != small_in)
-        PyMem_Free(in);
-    result = PyLong_FromLong(bad ? XR_MISMATCH : XR_DONE);
-done:
-    PyBuffer_Release(&plan);
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&out);
-    return result;
+    return PyCapsule_New(&REDUCERS[dt][op], COLLECTIVES_REDUCER_CAPSULE, NULL);
 }
-#endif
 
 static PyObject *isa(PyObject *self, PyObject *noargs)
 {
@@ -518,15 +381,11 @@ static PyObject *isas(PyObject *self, PyObject *noargs)
 static PyMethodDef methods[] = {
     {"reduce", reduce, METH_VARARGS,
      "reduce(out, inputs, dtype, op, stream, divisor): out = the reduction of inputs"},
-    {"copy", copy, METH_VARARGS, "copy(dst, src, stream): a copy, streamed when stream"},
+    {"reducer", reducer, METH_VARARGS,
+     "reducer(dtype, op): the reduction as a PyCapsule for transports._native.exchange_reduce"},
     {"isa", isa, METH_NOARGS, "isa(): the instruction set the kernels use"},
     {"isas", isas, METH_NOARGS, "isas(): the instruction sets this processor runs, best last"},
     {"set_isa", set_isa, METH_VARARGS, "set_isa(name): use one of isas()"},
-#ifdef EXCHANGE_REDUCE
-    {"exchange_reduce", (PyCFunction)(void (*)(void))exchange_reduce, METH_FASTCALL,
-     "exchange_reduce(dtype, op, plan, x, out, k, call, key): the small all-reduce of x "
-     "into out through the shm exchange buffers; 0 done, 1 a peer is late, 2 mismatch"},
-#endif
     {NULL, NULL, 0, NULL},
 };
 
@@ -535,6 +394,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1,
 PyMODINIT_FUNC PyInit__kernels(void)
 {
     isa_best = isa_now = best_isa();
+    for (int d = 0; d < N_DTYPES; d++)
+        for (int o = 0; o < N_OPS; o++)
+            REDUCERS[d][o] = (collectives_reducer){COLLECTIVES_REDUCER_VERSION, DTYPE_SIZES[d],
+                                                   reduce_with_kernels, d, o};
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;

@@ -279,28 +279,6 @@ FOR_DTYPES(DEFINE_OP_KERNELS)
 static const kernel_fn FN(table)[N_DTYPES][N_OPS] = {FOR_DTYPES(TABLE_ROW)};
 #undef TABLE_ROW
 
-/* memcpy, or with streaming stores from the first 64-byte boundary of d on */
-static TARGET void FN(copy)(char *d, const char *s, size_t n, int nt)
-{
-    if (!nt) {
-        memcpy(d, s, n);
-        return;
-    }
-    size_t head = (0 - (uintptr_t)d) & 63;
-    if (head > n)
-        head = n;
-    memcpy(d, s, head);
-    size_t i = head;
-    for (; i + 64 <= n; i += 64)
-        for (size_t o = 0; o < 64; o += VB) {
-            V(u8) v;
-            memcpy(&v, s + i + o, VB);
-            FN(put)(d + i + o, &v, VB, 1);
-        }
-    SFENCE();
-    memcpy(d + i, s + i, n - i);
-}
-
 #undef LOAD_PLAIN
 #undef LOAD_F16
 #undef LOAD_BF16

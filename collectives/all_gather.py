@@ -67,7 +67,7 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:
     # reads first: at N = 4 7-11 % sooner (performance.md)
     read_all(rem, ep, lambda p: (0, out[p * m:(p + 1) * m]), copy)
     _own(x, out, r, copy)
-    rem.done(sent=(n - 1) * x.nbytes)
+    rem.finish(sent=(n - 1) * x.nbytes)
 
 
 def _own(x: np.ndarray, out: np.ndarray, r: int, copy=np.copyto) -> None:

@@ -192,7 +192,7 @@ def _one_copy(ep: Endpoint, rem, buf: np.ndarray, op, src: np.ndarray) -> None:
     reduce_piece(ep, src, b, buf[b[r]:b[r + 1]], op, rem)
     rem = ep.expose(buf)
     read_all(rem, ep, lambda p: (b[p] * isz, buf[b[p]:b[p + 1]]))
-    rem.done(sent=(n - 1) * (b[r + 1] - b[r]) * isz)
+    rem.finish(sent=(n - 1) * (b[r + 1] - b[r]) * isz)
 
 
 def one_copy_or_staged(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:

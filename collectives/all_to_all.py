@@ -111,7 +111,7 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray, own: bool = Tru
     read_all(rem, ep, lambda p: (r * b, out[p * m:(p + 1) * m]), streaming.copier(out, n))
     if own:
         _own(ep, x, out)
-    rem.done(sent=(n - 1) * b)
+    rem.finish(sent=(n - 1) * b)
 
 
 def one_copy_or_staged(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:

@@ -100,7 +100,7 @@ def one_copy(ep: Endpoint, buf: np.ndarray, root: int) -> None:
     else:
         for i in range(1, n):
             rem.write((root + i) % n, k, s[k:], copy)
-    rem.done(sent=(n - 1) * k if me == root else 0, received=0 if me == root else buf.nbytes - k)
+    rem.finish(sent=(n - 1) * k if me == root else 0, received=0 if me == root else buf.nbytes - k)
 
 
 def read_share(nbytes: int, n: int) -> int:
@@ -120,7 +120,7 @@ def _read_root(ep: Endpoint, rem, buf: np.ndarray, root: int) -> None:
     n, me = ep.size, ep.rank
     if me != root:
         rem.read(root, 0, buf, streaming.copier(buf, n))
-    rem.done(sent=(n - 1) * buf.nbytes if me == root else 0)
+    rem.finish(sent=(n - 1) * buf.nbytes if me == root else 0)
 
 
 def one_copy_or_staged(ep: Endpoint, buf: np.ndarray, root: int) -> None:

@@ -195,13 +195,13 @@ class Communicator(HostsInfo):
             raise broken_error(self._broken, call)
         ep = self._t.coll
         # debug mode compares sizes in its signatures first (UNCHECKED meanwhile)
-        ep.tag, ep.key = seq, key if mine is None else UNCHECKED
+        ep.tag, ep.call_bytes = seq, key if mine is None else UNCHECKED
         ep.what = call  # named in stall reports and timeout errors
-        self._t.set_arrived(seq, ep.key)
+        self._t.set_arrived(seq, ep.call_bytes)
         try:
             if mine is not None:
                 debug.check(ep.exchange(mine))
-            ep.key = key
+            ep.call_bytes = key
             return quietly(body, ep) if ieee else body(ep)
         except CollectiveMismatch as e:
             # found on every rank before any payload moves: the ranks are

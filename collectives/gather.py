@@ -133,7 +133,7 @@ def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
         np.copyto(out[root * m:(root + 1) * m], x)
     if me != root:
         rem.write(root, me * x.nbytes, x, streaming.copier(x, n))
-    rem.done(received=(n - 1) * x.nbytes if me == root else 0)
+    rem.finish(received=(n - 1) * x.nbytes if me == root else 0)
 
 
 def _split(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
@@ -153,10 +153,10 @@ def _split(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
         if not _is_block(out, root, x):
             np.copyto(out[root * m:(root + 1) * m], x)
         rem.read(peer, head * isz, out[peer * m + head:(peer + 1) * m])
-        rem.done(received=head * isz)
+        rem.finish(received=head * isz)
     else:
         rem.write(root, me * x.nbytes, x[:head], streaming.copier(x, 2))
-        rem.done(sent=tail * isz)
+        rem.finish(sent=tail * isz)
 
 
 def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
@@ -168,7 +168,7 @@ def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
         np.copyto(out, x[root * out.size:(root + 1) * out.size])
     if me != root:
         rem.read(root, me * out.nbytes, out, streaming.copier(out, n))
-    rem.done(sent=(n - 1) * out.nbytes if me == root else 0)
+    rem.finish(sent=(n - 1) * out.nbytes if me == root else 0)
 
 
 # one_copy where a block is this large, for gather and scatter alike (both

@@ -1,4 +1,4 @@
-"""One-pass reductions of k arrays, and streaming copies, in C.
+"""One-pass reductions of k arrays, in C.
 
 ``reduce_into(out, inputs, op)`` computes
 ``out = op(...op(op(inputs[0], inputs[1]), inputs[2])..., inputs[k-1])``
@@ -35,11 +35,12 @@ a path at run time.
 """
 from __future__ import annotations
 
-import functools
 import os
-from typing import Callable, Sequence, Union
+from typing import Sequence, Union
 
 import numpy as np
+
+from transports import copy as _copy
 
 from . import streaming
 from .dtypes import is_bfloat16, is_half, is_inexact, supported
@@ -245,38 +246,29 @@ def _numpy_reduce(out: np.ndarray, inputs: Sequence[np.ndarray], op: str, diviso
         np.copyto(o, acc)
 
 
-def exchange_reducer(dtype: np.dtype, op: str) -> Callable | None:
-    """The compiled small all-reduce through the shm transport's exchange
-    buffers (``exchange_reduce`` in _kernels.c; transports/shm_exchange.py,
-    ``Exchange.fused``, calls it) for ``dtype`` and ``op`` ("sum", "prod",
-    "max", "min"): ``f(plan, x, out, k, call, key)``, which reduces as
-    ``reduce_into`` does, so with the bits of ``ops.in_rank_order``.  None
-    on the numpy path, where the module lacks it, or for complex prod."""
-    if _numpy or not hasattr(_kernels, "exchange_reduce"):
+def exchange_reducer(dtype: np.dtype, op: str):
+    """What the shm transport's compiled exchange takes to reduce (its
+    ``Exchange.fused``, transports/_native.c ``exchange_reduce``): the
+    kernel of ``dtype`` and ``op`` ("sum", "prod", "max", "min") as a
+    PyCapsule (transports/native_api.h), which reduces as ``reduce_into``
+    does, so with the bits of ``ops.in_rank_order``, on the instruction set
+    in use when it runs.  None on the numpy path, where the module is not
+    built, or for complex prod."""
+    if _numpy:
         return None
-    dt = np.dtype(dtype)
-    code = _code(dt, _op_name(op))
-    if code is None:
-        return None
-    fused = functools.partial(_kernels.exchange_reduce, *code)
-    if not is_bfloat16(dt):
-        return fused
-
-    def words(plan, x, out, k, call, key):  # numpy exports no buffer of bfloat16
-        return fused(plan, x.view(np.uint16), out.view(np.uint16), k, call, key)
-    return words
+    code = _code(np.dtype(dtype), _op_name(op))
+    return None if code is None else _kernels.reducer(*code)
 
 
 def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``np.copyto(dst, src)`` with streaming stores, for two C-contiguous
-    arrays of one dtype and size that do not overlap (anything else, small
-    copies and the numpy path go to ``np.copyto``)."""
-    if (_numpy or dst.nbytes < 4096 or dst.dtype != src.dtype or dst.shape != src.shape
-            or not dst.flags.c_contiguous or not src.flags.c_contiguous
-            or not dst.flags.writeable or np.may_share_memory(dst, src)):
+    """``np.copyto(dst, src)`` with streaming stores (``transports.copy``,
+    the library's one compiled copy), for two C-contiguous arrays of one
+    dtype and size that do not overlap (anything else, small copies and the
+    numpy path go to ``np.copyto``)."""
+    if _numpy:
         np.copyto(dst, src)
         return
-    _kernels.copy(dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8), True)
+    _copy.stream_copy(dst, src)
 
 
 def __getattr__(name: str):

@@ -53,7 +53,7 @@ def regions_or_staged(ep, src: np.ndarray | None, in_regions: Callable, staged: 
         if plain is not None:
             plain(rem)
             return
-    rem.done()
+    rem.finish()
     staged()
 
 
@@ -78,7 +78,7 @@ def reduce_piece(ep, src: np.ndarray, bounds, out: np.ndarray, op, rem=None) -> 
     r = ep.rank
     rem = ep.expose(src) if rem is None else rem
     reduce_pieces(rem, ep, src[bounds[r]:bounds[r + 1]], bounds[r], out, op)
-    rem.done(sent=src.nbytes - out.nbytes)
+    rem.finish(sent=src.nbytes - out.nbytes)
 
 
 def reduce_pieces(rem, ep, own: np.ndarray, start: int, out: np.ndarray, op) -> None:

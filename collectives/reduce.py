@@ -86,7 +86,7 @@ def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int)
     rem = ep.expose(None if r == root else mine)
     if r == root:
         read_all(rem, ep, lambda p: (0, out[b[p]:b[p + 1]]))
-    rem.done(sent=0 if r == root else mine.nbytes)
+    rem.finish(sent=0 if r == root else mine.nbytes)
 
 
 

@@ -87,7 +87,7 @@ def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray, op) -> None:
     """``one_copy`` once every rank has exposed its ``x`` (``rem``)."""
     n, m, r = ep.size, out.size, ep.rank
     reduce_pieces(rem, ep, x[r * m:(r + 1) * m], r * m, out, op)
-    rem.done(sent=(n - 1) * out.nbytes)
+    rem.finish(sent=(n - 1) * out.nbytes)
 
 
 def one_copy_or_staged(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:

@@ -4,9 +4,10 @@ memory runs when the Communicator takes its fast path (all_reduce there).
 The general path would pick ``direct`` at these sizes, and ``direct`` is one
 round here (the message fits an exchange buffer): this body runs that round,
 ``all_reduce.one_round``, without the general path's checks and scheduling.
-Where the compiled kernels are on, the round is one C call instead
-(``kernels.exchange_reducer``: the exchange's protocol and the reduction in
-rank order), which hands back to Python's wait when a peer is late.  All
+Where the compiled kernels are on, the round is one C call instead (the
+transport's compiled exchange, ``ep.exchange_reduce``, reducing in rank
+order with the kernel that ``kernels.exchange_reducer`` hands it), which
+hands back to Python's wait when a peer is late.  All
 count the same bytes and give the same bits.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .ops import divide, in_rank_order
 # at most one exchange buffer (which is at least 4096 bytes: transports.md)
 SMALL_ALL_REDUCE_BYTES = 4096
 
-# (reducer, dtype) -> the compiled round (kernels.exchange_reducer) or None
+# (reducer, dtype) -> the kernel for the compiled round (kernels.exchange_reducer) or None
 _FUSED: dict = {}
 
 

@@ -9,8 +9,9 @@ and only 24 GB/s streamed.  So the staged algorithms stream the copies into
 ``out`` only when the outputs of all the ranks on the host together reach
 ``COLLECTIVES_STREAM_BYTES`` (32 MiB by default, the L3 here; 0 never
 streams).  The
-streaming copy is the C extension ``collectives._ntcopy``; without it
-(no compiler at install time) every copy is ``np.copyto``.
+streaming copy is the library's one compiled copy, ``transports.copy``
+(the C extension ``transports._native``); without it (no compiler at
+install time) every copy is ``np.copyto``.
 """
 from __future__ import annotations
 
@@ -19,10 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-try:
-    from . import _ntcopy
-except ImportError:  # not built: plain copies
-    _ntcopy = None
+from transports.copy import available, stream_copy
 
 
 def _threshold() -> int:
@@ -35,30 +33,16 @@ def _threshold() -> int:
 
 
 STREAM_BYTES = _threshold()
-available = _ntcopy is not None
 
 
 def copier(out, ranks: int) -> Callable[[np.ndarray, np.ndarray], None]:
     """How to copy pieces into ``out`` when ``ranks`` ranks each write an output
     of its size: streamed where that adds up to ``STREAM_BYTES``, else
     ``np.copyto``."""
-    if (_ntcopy is None or not STREAM_BYTES or not isinstance(out, np.ndarray)
+    if (not available or not STREAM_BYTES or not isinstance(out, np.ndarray)
             or out.nbytes * ranks < STREAM_BYTES):
         return np.copyto
     return stream_copy
 
 
-def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``np.copyto(dst, src)`` with streaming stores, for two contiguous arrays
-    of one dtype and size (anything else, and small copies, go to numpy)."""
-    if (dst.nbytes < 4096 or dst.dtype != src.dtype or dst.shape != src.shape
-            or not dst.flags.c_contiguous or not src.flags.c_contiguous
-            or not dst.flags.writeable or np.may_share_memory(dst, src)):
-        np.copyto(dst, src)
-        return
-    _ntcopy.copy(dst.ctypes.data, src.ctypes.data, dst.nbytes)
-
-
-if available:  # the shm transport's copies into its exchange buffers may stream too
-    from transports import shm_copy as _shm_copy
-    _shm_copy.stream = stream_copy
+__all__ = ["STREAM_BYTES", "available", "copier", "stream_copy"]

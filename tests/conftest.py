@@ -23,10 +23,10 @@ CMA_ENV = {"COLLECTIVES_SHM_CMA_BYTES": "4096", "COLLECTIVES_SHM_XCHG_BYTES": "4
 STANDIN = "cuda+standin"
 # shm with the compiled reduction kernels off: every reduction through numpy
 NUMPY = "shm+numpy"
-# shm with the one-copy collectives off (COLLECTIVES_SHM_CMA=0): the staged
+# shm with the one-copy collectives off (COLLECTIVES_ONE_COPY=0): the staged
 # algorithms alone, as where process_vm_readv is refused
 NO_ONE_COPY = "shm+staged"
-VARIANT_ENV = {NUMPY: {"COLLECTIVES_KERNELS": "0"}, NO_ONE_COPY: {"COLLECTIVES_SHM_CMA": "0"}}
+VARIANT_ENV = {NUMPY: {"COLLECTIVES_KERNELS": "0"}, NO_ONE_COPY: {"COLLECTIVES_ONE_COPY": "0"}}
 # the families a variant's jobs run (unless CONFORMANCE_FAMILIES says); all if absent
 VARIANT_FAMILIES = {NO_ONE_COPY: ["default", "all_gather"]}
 

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import collectives as cc  # noqa: E402
 import collectives.all_to_all as a2a  # noqa: E402
-from transports import _thp  # noqa: E402
+from transports.shm import _thp  # noqa: E402
 
 S = 4 << 20
 HUGE = 2 << 20

@@ -3,7 +3,7 @@
     mpiexec -n N python tests/one_copy_check.py MODE OUT.json
 
 MODE ``on``: process_vm_readv works (the default); ``off``: the same with
-COLLECTIVES_SHM_CMA=0 in the environment; ``refused``: every
+COLLECTIVES_ONE_COPY=0 in the environment; ``refused``: every
 process_vm_readv fails with EPERM (as under a ptrace restriction or between
 users), so the probe at ``init`` fails.  Every rank checks that ``one_copy``
 is offered exactly in mode ``on``, that the choosers pick only offered
@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import collectives as cc  # noqa: E402
-from transports import _cma  # noqa: E402
+from transports.shm import _cma  # noqa: E402
 
 ONE_COPY = ("all_gather", "broadcast", "all_to_all", "gather", "scatter", "all_reduce",
             "reduce_scatter", "reduce")

@@ -35,7 +35,8 @@ from mpi4py import MPI
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import collectives as cc  # noqa: E402
-from transports import host_layout, shm, shm_segment  # noqa: E402
+from transports import host_layout, shm  # noqa: E402
+from transports.shm import segment as shm_segment  # noqa: E402
 
 NOBODY = 65534
 NAME = re.compile(r"collectives-([0-9a-f]{32})")
@@ -250,8 +251,8 @@ def corrupt(outdir: str, timeout: float = 10.0) -> dict:
 
 def tamper_and_receive(comm, ctx: int, change, how: str) -> dict:
     t = comm._t
-    ch = t.channel(ctx, 0, 1)
-    u32 = t.u32
+    ch = t.seg.channel(ctx, 0, 1)
+    u32 = t.seg.u32
     end = time.monotonic() + 5
     while (u32[ch.head] - u32[ch.tail]) & shm.MASK < 3:  # the whole message is in
         if time.monotonic() > end:

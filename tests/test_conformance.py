@@ -43,7 +43,7 @@ def test_family_numpy_reductions(conformance, n, family):
 @pytest.mark.parametrize("family", ["default", "all_gather"])
 @pytest.mark.parametrize("n", [2, 5])
 def test_family_one_copy_off(conformance, n, family):
-    """With the one-copy path off (COLLECTIVES_SHM_CMA=0, the fallback where
+    """With the one-copy path off (COLLECTIVES_ONE_COPY=0, the fallback where
     process_vm_readv is refused) the library's choices and the staged
     algorithms give the same results (tests/one_copy_check.py checks that
     no one_copy is offered or chosen then, at every size)."""

@@ -1,6 +1,7 @@
-"""The compiled small all-reduce (exchange_reduce in collectives/_kernels.c,
-through transports/shm_exchange.py's ``Exchange.fused``) against the
-protocol of ``Exchange.run`` and the bits of ``ops.in_rank_order``.
+"""The compiled small all-reduce (exchange_reduce in transports/_native.c,
+through transports/shm/exchange.py's ``Exchange.fused``, reducing with the
+kernels' capsules: ``kernels.exchange_reducer``) against the protocol of
+``Exchange.run`` and the bits of ``ops.in_rank_order``.
 
 In process: rank 0's exchange runs on a segment in a numpy buffer laid out
 as the shm transport lays it out, and the test plays the peers, writing
@@ -10,7 +11,6 @@ module has it, and Python's round where the kernels are off."""
 from __future__ import annotations
 
 import json
-import types
 
 import numpy as np
 import pytest
@@ -18,13 +18,16 @@ import pytest
 from collectives import kernels
 from collectives.ops import REDUCERS, Op, in_rank_order
 from launch import run_mpi
+from transports import _native
 from transports.errors import CollectiveError
-from transports.shm import ShmTransport
-from transports.shm_exchange import Exchange
-from transports.shm_segment import DOORBELL, EXCHANGED, SLEEPING, Layout
+from transports.shm.exchange import Exchange
+from transports.shm.segment import EXCHANGED, Layout
+from transports.shm.segment import Segment as ShmSegment
 
-pytestmark = pytest.mark.skipif(kernels.exchange_reducer(np.dtype("float32"), "sum") is None,
-                                reason="no compiled exchange_reduce (kernels not built or off)")
+pytestmark = pytest.mark.skipif(
+    kernels.exchange_reducer(np.dtype("float32"), "sum") is None
+    or not hasattr(_native, "exchange_reduce"),
+    reason="no compiled exchange_reduce (extensions not built, or kernels off)")
 
 XCHG = 4096
 
@@ -36,15 +39,8 @@ class Segment:
         lay = Layout(n, 1, 64, XCHG)
         self.mem = np.zeros(lay.total, np.uint8)
         self.lay, self.n, self.me = lay, n, me
-        t = types.SimpleNamespace(
-            rank=me, size=n, layout=lay, xchg_bytes=XCHG, xchg_seq=0, mem=self.mem,
-            addr=self.mem.ctypes.data, _xchg_cache={},
-            q64=memoryview(self.mem).cast("q"), u32=memoryview(self.mem).cast("I"),
-            bells=[lay.u32(r, DOORBELL) for r in range(n)],
-            sleeping=[lay.u32(r, SLEEPING) for r in range(n)])
-        t.xchg_views = types.MethodType(ShmTransport.xchg_views, t)
-        self.t = t
-        self.xc = Exchange(t, [p for p in range(n) if p != me])
+        self.t = ShmSegment(self.mem, lay, me)
+        self.xc = Exchange(self.t, [p for p in range(n) if p != me], XCHG)
 
     def publish(self, p: int, k: int, data: np.ndarray, tag: int, key: int,
                 nb: int | None = None) -> None:
@@ -111,7 +107,29 @@ def test_the_bits_of_in_rank_order(n, dt, op):
             at = seg.lay.xchg(0, k & 1)
             assert seg.mem[at:at + key].tobytes() == xs[0].view(np.uint8).tobytes()
             assert [seg.bell(p) - bells[p] for p in range(n)] == [0] + [1] * (n - 1)
-            assert seg.t.xchg_seq == k
+            assert seg.xc.seq == k
+
+
+@pytest.mark.parametrize("n", [64, 65, 130])
+def test_any_number_of_ranks(n):
+    """The compiled exchange takes a plan of any N (it once refused more than
+    64 ranks, after the exchange's number had moved): the bits of
+    in_rank_order, every peer rung, the number moved once."""
+    seg = Segment(n)
+    for dt, op in ((np.dtype("float32"), "sum"), (np.dtype("int64"), "max")):
+        red = kernels.exchange_reducer(dt, op)
+        k = seg.xc.seq + 1
+        xs = inputs(dt, n, 5)
+        for p in range(1, n):
+            seg.publish(p, k, xs[p], 9, xs[p].nbytes)
+        out = np.empty_like(xs[0])
+        bells = [seg.bell(p) for p in range(n)]
+        assert seg.xc.fused(red, xs[0], out, 9, xs[0].nbytes, None) is None
+        want = np.empty_like(xs[0])
+        in_rank_order(xs, REDUCERS[Op(op)], want)
+        assert out.tobytes() == want.tobytes()
+        assert [seg.bell(p) - bells[p] for p in range(n)] == [0] + [1] * (n - 1)
+        assert seg.xc.seq == k and seg.words(0, k)[0] == k
 
 
 def test_a_late_peer_is_left_to_pythons_wait():
@@ -158,7 +176,10 @@ def test_mismatches_raise_as_the_python_round_does():
 
 
 def test_refuses_what_would_overrun():
-    fused = kernels.exchange_reducer(np.dtype("float32"), "sum")
+    red = kernels.exchange_reducer(np.dtype("float32"), "sum")
+
+    def fused(*a):
+        return _native.exchange_reduce(red, *a)
     seg = Segment(2)
     big = np.zeros(XCHG // 4 + 1, np.float32)
     with pytest.raises(ValueError):
@@ -167,7 +188,29 @@ def test_refuses_what_would_overrun():
         fused(seg.xc.plan[:5], big[:4], np.empty(4, np.float32), 1, 1, 16)
     with pytest.raises(ValueError):
         fused(seg.xc.plan, big[:4], np.empty(3, np.float32), 1, 1, 16)
+    with pytest.raises(ValueError):  # 6 bytes: not a whole number of float32
+        fused(seg.xc.plan, big[:4].view(np.uint8)[:6], np.empty(6, np.uint8), 1, 1, 6)
+    with pytest.raises(ValueError):  # not a reducer capsule
+        _native.exchange_reduce(object(), seg.xc.plan, big[:4], np.empty(4, np.float32), 1, 1, 16)
     assert seg.words(0, 1) == (0, 0, 0, 0)  # nothing published
+    with pytest.raises(ValueError):  # through the exchange: nothing moves, not even its number
+        seg.xc.fused(red, big, np.empty_like(big), 1, big.nbytes, None)
+    assert seg.xc.seq == 0 and seg.words(0, 1) == (0, 0, 0, 0)
+
+
+def test_without_the_extension_fused_is_the_python_exchange(monkeypatch):
+    """Where transports._native is not built, Exchange.fused runs run():
+    the words published the same way, the N views back for the caller."""
+    from transports.shm import exchange
+    monkeypatch.setattr(exchange, "_native", None)
+    seg = Segment(3)
+    xs = inputs(np.dtype("float32"), 3, 10)
+    for p in (1, 2):
+        seg.publish(p, 1, xs[p], 7, 40)
+    red = kernels.exchange_reducer(np.dtype("float32"), "sum")
+    views = seg.xc.fused(red, xs[0], np.empty_like(xs[0]), 7, 40, None)
+    assert views is not None and [v.tobytes() for v in views] == [x.tobytes() for x in xs]
+    assert seg.words(0, 1) == (1, 40, 7, 40) and seg.xc.seq == 1
 
 
 def test_no_compiled_round_on_the_numpy_path():
@@ -184,12 +227,12 @@ def test_no_compiled_round_on_the_numpy_path():
 COUNT = """
 import json, sys
 import numpy as np
-import collectives._kernels as ck
-real, codes = ck.exchange_reduce, []
+import transports._native as native
+real, codes = native.exchange_reduce, []
 def counted(*a):
     codes.append(real(*a))
     return codes[-1]
-ck.exchange_reduce = counted
+native.exchange_reduce = counted
 import collectives as cc
 with cc.init("shm") as comm:
     r, n = comm.rank, comm.size

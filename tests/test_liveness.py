@@ -78,7 +78,7 @@ def test_waits_look_long_only_where_every_rank_has_a_core(monkeypatch):
     """COLLECTIVES_SPIN's default: many looks at the doorbell where the job's
     ranks on this machine (the launcher's count, at least the segment's
     size) are no more than the cores; few where they share cores."""
-    from transports import shm
+    from transports.shm import settings as shm
     monkeypatch.setattr(shm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
         monkeypatch.delenv(var, raising=False)

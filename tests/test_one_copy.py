@@ -1,4 +1,4 @@
-"""The one-copy path (transports/shm_direct.py) where process_vm_readv works,
+"""The one-copy path (transports/shm/one_copy.py) where process_vm_readv works,
 and its fallback to the staged algorithms where it is turned off or refused
 (tests/one_copy_check.py).  Its results are checked by the conformance
 families (every shm job runs ``one_copy`` with the other algorithms), its
@@ -14,7 +14,7 @@ from launch import run_mpi
 
 @pytest.mark.parametrize("mode,n", [("on", 3), ("off", 2), ("refused", 3)])
 def test_offered_and_chosen_only_where_it_runs(mode, n):
-    env = {"COLLECTIVES_SHM_CMA": "0"} if mode == "off" else {}
+    env = {"COLLECTIVES_ONE_COPY": "0"} if mode == "off" else {}
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "out.json")
         p = run_mpi(n, ["tests/one_copy_check.py", mode, out], timeout=300, **env)
@@ -30,7 +30,7 @@ def _huge_pages_here() -> str:
 
     import numpy as np
 
-    from transports import _thp
+    from transports.shm import _thp
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
             if "[never]" in f.read():
@@ -52,13 +52,13 @@ def _huge_pages_here() -> str:
 
 
 def test_huge_share_reads_the_page_tables():
-    """transports/_thp.py: 2 MiB on huge pages and 2 MiB forbidden them give
+    """transports/shm/_thp.py: 2 MiB on huge pages and 2 MiB forbidden them give
     half; views count their own bytes; nothing, or no array, gives 0."""
     import mmap
 
     import numpy as np
 
-    from transports import _thp
+    from transports.shm import _thp
     why = _huge_pages_here()
     if why:
         pytest.skip(why)

@@ -1,4 +1,4 @@
-"""transports/shm_copy.py, in process: a root's copies into its exchange
+"""transports/shm/copy.py, in process: a root's copies into its exchange
 buffer stream while ordinary copies run below COLLECTIVES_SHM_STREAM_BELOW
 (the median of the last KEEP), go back to ordinary stores when a retry runs
 fast, and never stream with the variable at 0; the bytes are right either way."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transports import shm_copy
+from transports.shm import copy as shm_copy
 
 NB = 1 << 20
 
@@ -88,6 +88,12 @@ def test_the_variable(monkeypatch):
         shm_copy._slow_bytes_per_s()
 
 
-def test_the_collectives_layer_installs_its_streaming_copy():
+def test_both_layers_stream_with_the_one_compiled_copy():
+    """The transport's roots and the collectives' large outputs stream with
+    transports.copy's routine, which the collectives import from below."""
     from collectives import streaming
-    assert (shm_copy.stream is streaming.stream_copy) == streaming.available
+    from transports import copy
+    assert streaming.stream_copy is copy.stream_copy
+    assert streaming.available == copy.available
+    assert (shm_copy.stream is copy.stream_copy) == copy.available
+    assert copy.available == (copy._native is not None)

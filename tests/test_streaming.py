@@ -1,11 +1,12 @@
-"""The streaming copy (collectives/streaming.py) against np.copyto, in one process."""
+"""The streaming copy (transports/copy.py, as collectives/streaming.py uses it)
+against np.copyto, in one process."""
 import numpy as np
 import pytest
 
 from collectives import streaming
 
 
-@pytest.mark.skipif(not streaming.available, reason="collectives._ntcopy is not built")
+@pytest.mark.skipif(not streaming.available, reason="transports._native is not built")
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "complex128"])
 @pytest.mark.parametrize("count", [4096, 4097, 100_003, 1 << 20])
 @pytest.mark.parametrize("offset", [0, 1, 3])
@@ -48,4 +49,4 @@ def test_extension_is_built_where_there_is_a_compiler():
     import shutil
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler: the library copies with numpy")
-    assert streaming.available, "collectives._ntcopy did not build (pip install -e . builds it)"
+    assert streaming.available, "transports._native did not build (pip install -e . builds it)"

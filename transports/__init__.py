@@ -1,7 +1,13 @@
 """Transports: move bytes between the ranks of one communicator.
 
-``open_transport(kind, mpicomm, timeout)`` is the only entry point the layer
-above uses.  ``"auto"`` picks ``cuda`` (CUDA IPC, which also carries numpy
+The layer below the collectives, which never imports them.  What the
+collectives use of it: ``open_transport(kind, mpicomm, timeout)``, which
+connects the ranks; the interface of what it returns (``base.py``:
+``Transport`` with its ``caps``, a ``Capabilities``, and its two
+``Endpoint``s and their ``Request``s, ``UNCHECKED``, ``broken_error``), the
+errors (``errors.py``), the host layout (``Hosts``, ``host_layout``),
+``TAG_UB``, ``KINDS``, the start-up messages of ``_wire.py`` and the one
+streaming copy (``copy.py``).  ``"auto"`` picks ``cuda`` (CUDA IPC, which also carries numpy
 arrays through shared memory) when every rank is on one host, has imported
 CuPy before and sees a GPU; ``shm`` on one host otherwise; ``hier`` (shared
 memory within each host, MPI between hosts: transports/hier.py) across

@@ -57,7 +57,7 @@ Reducer = Callable[..., np.ndarray]  # a binary numpy ufunc used as op(acc, x, o
 TAG_UB = 32767
 
 
-# The key of debug mode's signature exchange, the same on every rank: sizes
+# The call size of debug mode's signature exchange, the same on every rank: sizes
 # are compared by the signatures then, and probes for mismatched sizes wait.
 UNCHECKED = -1
 
@@ -93,7 +93,7 @@ class Endpoint:
     # call moves alike (x.nbytes for most calls), carried by each message
     # and exchange so that a receiver tells a mismatched call from its own;
     # UNCHECKED while the ranks compare debug mode's signatures
-    key: int = 0
+    call_bytes: int = 0
     # the largest contribution exchange() moves through shared memory in one
     # copy (0: exchange() is point-to-point messages)
     xchg_bytes: int = 0
@@ -175,7 +175,8 @@ class Endpoint:
         own, an object with ``read(peer, offset, dest)``, ``piece(peer,
         offset, nbytes, scratch)``, ``huge(share)`` (with ``huge``: whether
         huge pages back that share of every rank's source) and
-        ``done(sent)`` (transports/shm_direct.py).  Only where ``one_copy``
+        ``finish(sent)``, which blocks until every peer has finished too
+        (transports/shm/one_copy.py).  Only where ``one_copy``
         is true."""
         raise NotImplementedError(f"{type(self).__name__} has no one-copy path")
 
@@ -262,8 +263,8 @@ class Transport:
     def inter_recv_bytes(self) -> int:
         return self.coll.inter_recv_bytes + self.p2p.inter_recv_bytes
 
-    def set_arrived(self, seq: int, key: int = 0) -> None:
-        """Note that this rank entered collective ``seq`` of call size ``key``
+    def set_arrived(self, seq: int, call_bytes: int = 0) -> None:
+        """Note that this rank entered collective ``seq`` of call size ``call_bytes``
         (for timeout reports, and for peers to compare sizes)."""
 
     def notify(self, seq: int, text: str) -> None:

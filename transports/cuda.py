@@ -47,9 +47,9 @@ from .base import Capabilities, Deadline, Endpoint, Request, as_bytes, env_int
 from .cuda_ipc import IpcSlots, agree, agreed, check_peer_access
 from .errors import CollectiveError
 from .shm import ShmTransport
-from .shm_segment import PAGE, align, open_segment
-from .shm_messages import Recv, Send, Unexpected
-from .shm_slots import EXTERNAL, ShmEndpoint
+from .shm.messages import Recv, Send, Unexpected
+from .shm.segment import PAGE, align, open_segment
+from .shm.slots import EXTERNAL, ShmEndpoint
 
 DEFAULT_SLOT_BYTES = 4 << 20
 _NOT_READY = 600          # cudaErrorNotReady, from cudaEventQuery
@@ -148,7 +148,9 @@ class CudaEndpoint(ShmEndpoint):
     stream = None
 
     def __init__(self, t: CudaTransport, ctx: int, strict: bool):
-        super().__init__(t, ctx, strict)
+        super().__init__(t.seg, ctx, strict, t.settings, t.liveness, t.timeout,
+                         watch=t.watch, regions=t.regions)
+        self.t = t  # its device, streams, IPC slots and events
         self.external_bytes = t.dev_slot_bytes
         self.ops: dict = {}
 
@@ -272,7 +274,6 @@ class CudaEndpoint(ShmEndpoint):
 
 class CudaTransport(ShmTransport):
     name = "cuda"
-    endpoint_class = CudaEndpoint
     device: int | None = None  # the device current at init: arrays must be on it
 
     def __init__(self, mpicomm, timeout: float, pids, local):
@@ -289,6 +290,9 @@ class CudaTransport(ShmTransport):
             self._release(free=True)
             super().close()
             raise
+
+    def make_endpoint(self, ctx: int, strict: bool) -> CudaEndpoint:
+        return CudaEndpoint(self, ctx, strict)
 
     def gpu(self):
         """This transport's device as a context: a new one per use, since a

@@ -66,7 +66,8 @@ class HierEndpoint(Endpoint):
             setattr(ep, name, value)
 
     tag = property(lambda self: self.flat.tag, lambda self, v: self._set("tag", v))
-    key = property(lambda self: self.flat.key, lambda self, v: self._set("key", v))
+    call_bytes = property(lambda self: self.flat.call_bytes,
+                          lambda self, v: self._set("call_bytes", v))
     what = property(lambda self: self.flat.what, lambda self, v: self._set("what", v))
 
     def _sum(self, name: str) -> int:
@@ -140,8 +141,8 @@ class HierTransport(Transport):
         if getattr(self, "_parts", None):  # not while Transport.__init__ places the default
             self.flat.place(hosts)
 
-    def set_arrived(self, seq: int, key: int = 0) -> None:
-        self.local.set_arrived(seq, key)
+    def set_arrived(self, seq: int, call_bytes: int = 0) -> None:
+        self.local.set_arrived(seq, call_bytes)
 
     def notify(self, seq: int, text: str) -> None:
         self.flat.notify(seq, text)

@@ -257,7 +257,7 @@ class MpiEndpoint(Endpoint):
         if tag is not None:
             return tag % (TAG_UB + 1)
         if self.modulus:  # the call size's residue above the sequence number
-            return (self.tag & SEQ_MASK) | (self.key % self.modulus) << SEQ_BITS
+            return (self.tag & SEQ_MASK) | (self.call_bytes % self.modulus) << SEQ_BITS
         return self.tag & SEQ_MASK
 
     def _check_peer(self, peer: int) -> None:
@@ -352,7 +352,7 @@ class MpiEndpoint(Endpoint):
         """A collective's look at its peers: their notices, then their
         messages of this call with another call size."""
         self.t.notices.check(self.tag)
-        if self.modulus and self.key != UNCHECKED:
+        if self.modulus and self.call_bytes != UNCHECKED:
             self._probe()
 
     def _probe(self) -> None:
@@ -360,7 +360,7 @@ class MpiEndpoint(Endpoint):
         to this collective but carries another call size in its tag (no
         receive here can match it)."""
         st, seq = MPI.Status(), self.tag & SEQ_MASK
-        mine = self.key % self.modulus
+        mine = self.call_bytes % self.modulus
         for p in range(self.size):
             if p == self.rank:
                 continue
@@ -368,4 +368,4 @@ class MpiEndpoint(Endpoint):
                 found = self.comm.Iprobe(p, MPI.ANY_TAG, st)
             tag = st.Get_tag()
             if found and tag & SEQ_MASK == seq and tag >> SEQ_BITS != mine:
-                raise mismatched(p, self.tag, None, self.rank, self.key)
+                raise mismatched(p, self.tag, None, self.rank, self.call_bytes)

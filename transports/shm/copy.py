@@ -26,8 +26,8 @@ the bytes in the buffer are the same either way.  Exchanges in which every
 rank copies (all_reduce, reduce_scatter, all_to_all, ...) keep ordinary
 stores: there the rule, tried, lost as often as it won (performance.md).
 
-``stream`` is set by the collectives layer (collectives/streaming.py) where
-its streaming copy is built; without it every copy is ``np.copyto``.
+``stream`` is the streaming copy of transports/copy.py where its extension
+is built; without it every copy is ``np.copyto``.
 """
 from __future__ import annotations
 
@@ -37,7 +37,10 @@ from typing import Callable
 
 import numpy as np
 
-stream: Callable[[np.ndarray, np.ndarray], None] | None = None
+from .. import copy as _copy
+
+stream: Callable[[np.ndarray, np.ndarray], None] | None = \
+    _copy.stream_copy if _copy.available else None
 
 MIN_BYTES = 256 << 10          # below this a copy stays in the caches either way
 

@@ -37,9 +37,9 @@ import weakref
 
 import numpy as np
 
-from . import _wire
-from .errors import CollectiveError
-from .shm_segment import PAGE, SHM_DIR, SHM_PREFIX, create
+from .. import _wire
+from ..errors import CollectiveError
+from .segment import PAGE, SHM_DIR, SHM_PREFIX, create
 
 HEADER = PAGE  # the header's bytes; the data follows at this offset
 FREED = 0      # i64 index in the header: set by the owner once its array is gone

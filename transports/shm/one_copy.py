@@ -4,7 +4,7 @@ The staged ``exchange()`` copies every byte twice (into the owner's exchange
 buffer, out into the reader's destination).  Here a rank publishes where its
 source lies instead, and each peer copies what it needs straight from there
 into its destination: with ``process_vm_readv`` (``_cma``), or from a mapping
-of the peer's memory where the transport has one (``ShmTransport.mapped``).
+of the peer's memory where this rank maps it (``Regions.mapped``).
 
 Publication k of the coll endpoint (every rank publishes each one, in the
 same order; a rank with nothing to offer publishes 0 bytes)::
@@ -13,9 +13,10 @@ same order; a rank with nothing to offer publishes 0 bytes)::
             block, then k as its ``posted`` word; rings every peer
     reader  waits until every peer has posted k, checks their collective and
             call size against its own, reads (``Remote.read`` / ``piece``)
-    both    write k as their ``done`` word, ring every peer, and wait until
-            every peer's ``done`` is k: no rank returns, and lets its caller
-            overwrite its source, while a peer may still read it
+    both    write k as their ``done`` word (``Remote.finish``), ring every
+            peer, and wait until every peer's ``done`` is k: no rank
+            returns, and lets its caller overwrite its source, while a peer
+            may still read it
 
 One block per rank is enough: a rank rewrites its block for k+1 only after
 every peer has finished k.  Waiting is the endpoint's (spin a little, then
@@ -26,17 +27,15 @@ from __future__ import annotations
 
 import errno
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
+from ..base import Liveness, as_bytes
+from ..errors import CollectiveError, PeerFailure, mismatched
 from . import _cma, _thp
-from .base import as_bytes
-from .errors import CollectiveError, PeerFailure, mismatched
-from .shm_segment import D_ADDR, D_BYTES, D_CALL, D_DONE, D_HUGE, D_KEY, D_POSTED
-
-if TYPE_CHECKING:
-    from .shm import ShmTransport
+from .regions import Regions
+from .segment import D_ADDR, D_BYTES, D_CALL, D_DONE, D_HUGE, D_KEY, D_POSTED, Segment
 
 PRESPIN = 8  # looks at late peers before waiting like any call (as exchange does)
 # a read that fails while its owner is being killed: how long to wait for the
@@ -44,13 +43,18 @@ PRESPIN = 8  # looks at late peers before waiting like any call (as exchange doe
 DYING_S = 0.5
 
 
-class Direct:
-    """The one-copy publications of one endpoint (the coll endpoint of more than one rank)."""
+class OneCopy:
+    """The one-copy publications of one endpoint (the coll endpoint of more
+    than one rank) on ``seg``, with ``peers`` (every other rank): their
+    processes by ``liveness``, the communicator-allocated arrays that this
+    rank maps by ``regions`` (None: none; every read is process_vm_readv)."""
 
-    def __init__(self, t: ShmTransport, peers: list[int]):
-        self.t, self.peers, self.rank = t, peers, t.rank
-        self.mine = t.layout.direct(t.rank)
-        self.theirs = [t.layout.direct(p) for p in peers]
+    def __init__(self, seg: Segment, peers: list[int], liveness: Liveness,
+                 regions: Regions | None = None):
+        self.seg, self.peers, self.rank = seg, peers, seg.rank
+        self.liveness, self.regions = liveness, regions
+        self.mine = seg.layout.direct(seg.rank)
+        self.theirs = [seg.layout.direct(p) for p in peers]
         self.block_of = dict(zip(peers, self.theirs))
         self.seq = 0
 
@@ -60,7 +64,7 @@ class Direct:
         once every peer has published too, with what they published.
         ``huge``: publish too how much of ``buf`` huge pages back (``_thp``;
         a few microseconds), for ``Remote.huge``."""
-        t, q, tag, key = self.t, self.t.q64, ep.tag, ep.key
+        seg, q, tag, key = self.seg, self.seg.q64, ep.tag, ep.call_bytes
         self.seq = k = self.seq + 1
         w = self.mine
         q[w + D_ADDR] = 0 if buf is None or not buf.nbytes else buf.ctypes.data
@@ -70,7 +74,7 @@ class Direct:
         q[w + D_KEY] = key
         q[w + D_POSTED] = k
         for p in self.peers:
-            t.ring(p)
+            seg.ring(p)
         self._wait(D_POSTED, k, ep.block)
         me = self.rank
         for p, i in zip(self.peers, self.theirs):
@@ -84,7 +88,7 @@ class Direct:
 
     def _wait(self, field: int, k: int, block: Callable) -> None:
         """Until every peer's ``field`` word is k."""
-        q = self.t.q64
+        q = self.seg.q64
         late = [(p, i + field) for p, i in zip(self.peers, self.theirs)]
         for _ in range(PRESPIN):
             late = [(p, i) for p, i in late if q[i] != k]
@@ -99,26 +103,33 @@ class Direct:
 
 
 class Remote:
-    """The peers' sources of one publication, to read until ``done()``."""
+    """The peers' sources of one publication, to read until ``finish()``
+    (which blocks until every peer has finished too)."""
 
-    def __init__(self, d: Direct, k: int, ep):
+    def __init__(self, d: OneCopy, k: int, ep):
         self.d, self.k, self.ep = d, k, ep
+
+    def _mapped(self, p: int, addr: int, n: int) -> np.ndarray | None:
+        regions = self.d.regions
+        return None if regions is None else regions.mapped(p, addr, n)
 
     def in_regions(self, own, only: int | None = None) -> bool:
         """Whether every rank's source lies in a communicator-allocated array
-        (shm_regions): ``own``, this rank's, in one of its own, and each
+        (regions.py): ``own``, this rank's, in one of its own, and each
         peer's in one that this rank maps (``only``: rank ``only``'s source
         alone, as for a broadcast's root).  Every rank maps every live region
         of the communicator, so every rank gets the same answer."""
-        t, q = self.d.t, self.d.t.q64
+        regions, q = self.d.regions, self.d.seg.q64
+        if regions is None:
+            return False
         if only is None or only == self.d.rank:
-            if own is None or not own.nbytes or t.locate(own) is None:
+            if own is None or not own.nbytes or regions.locate(own) is None:
                 return False
         for p, i in self.d.block_of.items():
             if only is not None and p != only:
                 continue
             n = q[i + D_BYTES]
-            if not n or t.mapped(p, q[i + D_ADDR], n) is None:
+            if not n or regions.mapped(p, q[i + D_ADDR], n) is None:
                 return False
         return True
 
@@ -128,19 +139,19 @@ class Remote:
         the same words, so every rank gets the same answer."""
         if own is None or not own.nbytes:
             return False
-        q = self.d.t.q64
+        q = self.d.seg.q64
         return all(q[i + D_BYTES] for i in self.d.block_of.values())
 
     def huge(self, share: float) -> bool:
         """Whether huge pages back at least ``share`` of every rank's published
         source (published with ``huge``; every rank reads the same words, so
         every rank gets the same answer)."""
-        q, d = self.d.t.q64, self.d
+        q, d = self.d.seg.q64, self.d
         return all(q[i + D_HUGE] >= 1000 * share for i in (d.mine, *d.block_of.values()))
 
     def _where(self, p: int, off: int, n: int) -> int:
         """The address of bytes [off, off + n) of peer p's source, checked."""
-        q, i = self.d.t.q64, self.d.block_of[p]
+        q, i = self.d.seg.q64, self.d.block_of[p]
         if off < 0 or off + n > q[i + D_BYTES]:
             raise CollectiveError(
                 f"rank {p} published {q[i + D_BYTES]} bytes where rank {self.d.rank} reads "
@@ -157,8 +168,7 @@ class Remote:
         if not n:
             return
         addr = self._where(p, off, n)
-        t = self.d.t
-        view = t.mapped(p, addr, n)
+        view = self._mapped(p, addr, n)
         if view is not None:
             copy(as_bytes(dest), view)
         else:
@@ -169,12 +179,12 @@ class Remote:
         """Copy ``src`` (a contiguous array) into peer p's published buffer
         from byte ``off``: one copy, made by the owner of the bytes where the
         reader would otherwise make it alone (the peer counts them as
-        received in its ``done``); ``copy`` as for ``read``."""
+        received in its ``finish``); ``copy`` as for ``read``."""
         n = src.nbytes
         if not n:
             return
         addr = self._where(p, off, n)
-        view = self.d.t.mapped(p, addr, n)
+        view = self._mapped(p, addr, n)
         if view is not None:
             copy(view, as_bytes(src))
         else:
@@ -186,7 +196,7 @@ class Remote:
         mapping itself where there is one, else read into ``scratch``."""
         addr = self._where(p, off, n)
         self.ep.recv_bytes += n
-        view = self.d.t.mapped(p, addr, n) if n else None
+        view = self._mapped(p, addr, n) if n else None
         if view is not None:
             return view
         out = scratch[:n]
@@ -195,28 +205,28 @@ class Remote:
         return out
 
     def _cma(self, p: int, addr: int, buf: np.ndarray, write: bool = False) -> None:
-        t = self.d.t
+        liveness = self.d.liveness
         try:
-            (_cma.write if write else _cma.read)(t.liveness.pids[p], addr, buf)
+            (_cma.write if write else _cma.read)(liveness.pids[p], addr, buf)
         except OSError as e:
-            if e.errno == errno.ESRCH or _dies(t.liveness, p):
+            if e.errno == errno.ESRCH or _dies(liveness, p):
                 raise PeerFailure(f"rank(s) [{p}] died during {self.ep.what}",
                                   ranks=[p]) from None
             raise CollectiveError(f"{'writing into' if write else 'reading'} rank {p}'s "
                                   f"memory failed: {e}", ranks=[p]) from None
 
-    def done(self, sent: int = 0, received: int = 0) -> None:
+    def finish(self, sent: int = 0, received: int = 0) -> None:
         """Say this rank has finished reading (and writing); return once every
         peer has.  ``sent``: the bytes the peers read of this rank's source,
         ``received``: the bytes they wrote into it (which it cannot see; the
         rank that copies counts them)."""
         d = self.d
-        t = d.t
+        seg = d.seg
         self.ep.sent_bytes += sent
         self.ep.recv_bytes += received
-        t.q64[d.mine + D_DONE] = self.k
+        seg.q64[d.mine + D_DONE] = self.k
         for p in d.peers:
-            t.ring(p)
+            seg.ring(p)
         d._wait(D_DONE, self.k, self.ep.block)
 
 

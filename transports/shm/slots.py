@@ -1,6 +1,6 @@
 """The slot protocol of a shared-memory endpoint.
 
-Per ordered pair of ranks a channel of ``nslots`` slots (``shm_segment``).
+Per ordered pair of ranks a channel of ``nslots`` slots (``segment``).
 A message is cut into chunks of at most ``slot_bytes``; ``_push`` copies the
 next chunk into the slot at ``head`` and publishes it by bumping ``head``,
 ``_pull`` checks the slot's header, copies or reduces the chunk out and
@@ -22,19 +22,18 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from typing import TYPE_CHECKING, Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
-from .base import Deadline, Endpoint, Reducer, Request, as_bytes
-from .errors import CollectiveError, PeerFailure, mismatched
-from .shm_direct import Direct, Remote
-from .shm_exchange import Exchange
-from .shm_messages import Recv, Send, Unexpected
-from .shm_segment import MASK
-
-if TYPE_CHECKING:
-    from .shm import ShmTransport
+from ..base import Deadline, Endpoint, Liveness, Reducer, Request, as_bytes
+from ..errors import CollectiveError, PeerFailure, mismatched
+from .exchange import Exchange
+from .messages import Recv, Send, Unexpected
+from .one_copy import OneCopy, Remote
+from .regions import Regions
+from .segment import MASK, Segment
+from .settings import Settings
 
 MAX_MESSAGE_BYTES = 1 << 40  # the most an unexpected message may announce
 # slot kinds: data in the slot / (pid, address) of the whole message / data
@@ -54,15 +53,27 @@ class ShmEndpoint(Endpoint):
     ``drain_external``; the slot of such a chunk carries only its header,
     of kind EXTERNAL, checked here like any other.  ``unexpected_message``
     and ``deliver`` let it hold and hand over an early message of its kind.
+
+    It runs on ``seg`` (this rank's ``Segment``) with ``settings``, tells a
+    dead peer by ``liveness``, gives up after ``timeout`` seconds without
+    progress, and, on the collective endpoint, looks at its peers' rank
+    blocks in its waits with ``watch(seq)`` (raising what it finds; the
+    segment's by default) and reads peers' communicator-allocated arrays
+    through ``regions`` where it has them.
     """
 
     external_bytes = 0  # no EXTERNAL chunks: a slot of that kind is corrupt
 
-    def __init__(self, t: ShmTransport, ctx: int, strict: bool):
-        self.t, self.ctx, self.strict = t, ctx, strict
-        self.rank, self.size = t.rank, t.size
-        self.out_ch = {p: t.channel(ctx, t.rank, p) for p in range(t.size) if p != t.rank}
-        self.in_ch = {p: t.channel(ctx, p, t.rank) for p in range(t.size) if p != t.rank}
+    def __init__(self, seg: Segment, ctx: int, strict: bool, settings: Settings,
+                 liveness: Liveness, timeout: float,
+                 watch: Callable[[int], None] | None = None, regions: Regions | None = None):
+        self.seg, self.ctx, self.strict = seg, ctx, strict
+        self.settings, self.liveness, self.timeout = settings, liveness, timeout
+        self.watch_peers = seg.watch if watch is None else watch
+        self.rank, self.size = rank, size = seg.rank, seg.size
+        self.slot_bytes, self.cma_bytes = settings.slot_bytes, settings.cma_bytes
+        self.out_ch = {p: seg.channel(ctx, rank, p) for p in range(size) if p != rank}
+        self.in_ch = {p: seg.channel(ctx, p, rank) for p in range(size) if p != rank}
         self.peers = list(self.out_ch)
         self.sendq = {p: collections.deque() for p in self.out_ch}
         self.unacked = {p: collections.deque() for p in self.out_ch}  # rendezvous sends
@@ -73,12 +84,14 @@ class ShmEndpoint(Endpoint):
         self.incoming = dict.fromkeys(self.in_ch)
         self.lock = threading.RLock()
         self.what = "collective" if strict else "send/recv"
-        self.xchg_bytes = t.xchg_bytes if strict else 0
+        self.xchg_bytes = settings.xchg_bytes if strict else 0
         # the staged exchange, on the coll endpoint of more than one rank
-        self.xchg = Exchange(t, self.peers) if strict and t.size > 1 else None
-        # the one-copy path (shm_direct), where the ranks may read each other's memory
-        self.one_copy = strict and t.one_copy
-        self.direct = Direct(t, self.peers) if self.one_copy and t.size > 1 else None
+        self.xchg = Exchange(seg, self.peers, settings.xchg_bytes) \
+            if strict and size > 1 else None
+        # the one-copy path (one_copy.py), where the ranks may read each other's memory
+        self.one_copy = strict and settings.one_copy
+        self.direct = OneCopy(seg, self.peers, liveness, regions) \
+            if self.one_copy and size > 1 else None
 
     def release(self) -> None:
         self.out_ch = self.in_ch = {}
@@ -153,7 +166,7 @@ class ShmEndpoint(Endpoint):
         if not q:
             return False
         ch = self.out_ch[peer]
-        u32 = self.t.u32
+        u32 = self.seg.u32
         head = int(u32[ch.head])
         free = ch.nslots - ((head - int(u32[ch.tail])) & MASK)
         moved = False
@@ -162,16 +175,16 @@ class ShmEndpoint(Endpoint):
             k = head & (ch.nslots - 1)
             if s.rndv:
                 ch.data[k][:RNDV_BYTES].view(np.int64)[:] = (os.getpid(), s.data.ctypes.data)
-                ch.hdr[k][:] = (s.tag, s.data.nbytes, 0, RNDV_BYTES, RENDEZVOUS, s.key)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, 0, RNDV_BYTES, RENDEZVOUS, s.call_bytes)
             elif s.external:  # the subclass places the chunk; the slot holds its header
                 n = self.fill_external(peer, k, s)
-                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EXTERNAL, s.key)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EXTERNAL, s.call_bytes)
                 s.off += n
             else:
                 n = min(ch.slot_bytes, s.data.nbytes - s.off)
                 if n:
                     np.copyto(ch.data[k][:n], s.data[s.off:s.off + n])
-                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EAGER, s.key)
+                ch.hdr[k][:] = (s.tag, s.data.nbytes, s.off, n, EAGER, s.call_bytes)
                 s.off += n
             head = (head + 1) & MASK
             u32[ch.head] = head
@@ -187,13 +200,13 @@ class ShmEndpoint(Endpoint):
                     s.finished = True
                     self.sent_bytes += s.data.nbytes
         if moved:
-            self.t.ring(peer)
+            self.seg.ring(peer)
         return moved
 
     def _acked(self, peer: int) -> bool:
         """Complete the rendezvous sends that the receiver has finished reading."""
         q = self.unacked[peer]
-        acked = self.t.u32[self.out_ch[peer].acked]
+        acked = self.seg.u32[self.out_ch[peer].acked]
         moved = False
         while q and ((acked - q[0].target) & MASK) < (1 << 31):
             s = q.popleft()
@@ -204,7 +217,7 @@ class ShmEndpoint(Endpoint):
 
     def _pull(self, peer: int) -> bool:
         ch = self.in_ch[peer]
-        u32 = self.t.u32
+        u32 = self.seg.u32
         head, tail = int(u32[ch.head]), int(u32[ch.tail])
         if ((head - tail) & MASK) > ch.nslots:
             raise CollectiveError(f"corrupt channel from rank {peer}: "
@@ -222,9 +235,9 @@ class ShmEndpoint(Endpoint):
                 if cur is None:
                     break  # collective data waits in its slot for its receive
                 self.incoming[peer] = cur
-            if key != cur.key:  # a chunk of a message whose first chunk matched
+            if key != cur.call_bytes:  # a chunk of a message whose first chunk matched
                 raise self._corrupt(peer, f"slot of call size {key} continues a message "
-                                          f"of call size {cur.key}")
+                                          f"of call size {cur.call_bytes}")
             if kind == RENDEZVOUS and off == 0 and n == RNDV_BYTES and total == cur.total \
                     and tag == cur.tag:
                 self._read_remote(peer, cur, ch.data[k][:RNDV_BYTES].view(np.int64).tolist())
@@ -252,17 +265,17 @@ class ShmEndpoint(Endpoint):
                 else:
                     self.posted[peer].remove(cur)
         if moved:
-            self.t.ring(peer)
+            self.seg.ring(peer)
         return moved
 
     def _read_remote(self, peer: int, cur, where: list) -> None:
         pid, addr = where
-        if pid != self.t.liveness.pids[peer]:
+        if pid != self.liveness.pids[peer]:
             raise self._corrupt(peer, f"rendezvous names process {pid}, not rank {peer}'s")
         try:
             cur.read_remote(pid, addr, self.scratch)
         except OSError as e:
-            if self.t.liveness.dead([peer]):
+            if self.liveness.dead([peer]):
                 raise PeerFailure(f"rank(s) [{peer}] died during {self.what}",
                                   ranks=[peer]) from None
             raise CollectiveError(f"reading rank {peer}'s message failed: {e}",
@@ -278,8 +291,8 @@ class ShmEndpoint(Endpoint):
                 raise CollectiveError(
                     f"mismatched collectives: rank {peer} sent a message of call "
                     f"#{tag} while this rank is in call #{r.tag}", ranks=[peer])
-            if key != r.key:  # the calls move different numbers of bytes
-                raise mismatched(peer, tag, key, self.rank, r.key)
+            if key != r.call_bytes:  # the calls move different numbers of bytes
+                raise mismatched(peer, tag, key, self.rank, r.call_bytes)
             self._check_total(r, total)
             return r
         for r in posted:
@@ -340,28 +353,29 @@ class ShmEndpoint(Endpoint):
         watch the doorbell (every event that can let us progress rings it),
         yielding the core to the ranks we wait for, then sleep on it.
         ``peers()``: whose liveness to check; ``missing()``: whom to name."""
-        t = self.t
-        dl = Deadline(t.timeout, t.rank)
+        seg = self.seg
+        dl = Deadline(self.timeout, self.rank)
         watch = self._watch if self.strict else None
+        spin = self.settings.spin
         while True:
-            seen = t.doorbell()
+            seen = seg.doorbell()
             done, moved = step()
             if done:
                 return
             if moved:
                 dl.progress()
                 continue
-            dl.check(t.liveness, peers, missing, self.what, watch)  # rate-limited inside
-            for _ in range(t.spin):
-                if t.doorbell() != seen:
+            dl.check(self.liveness, peers, missing, self.what, watch)  # rate-limited inside
+            for _ in range(spin):
+                if seg.doorbell() != seen:
                     break
                 _yield()
             else:
-                t.sleep(self.ctx, seen, dl.remaining())
+                seg.sleep(self.ctx, seen, dl.remaining())
 
     def _watch(self) -> None:
-        """A collective's look at its peers' rank blocks (``ShmTransport.watch``)."""
-        self.t.watch(self.tag)
+        """A collective's look at its peers' rank blocks (``Segment.watch``)."""
+        self.watch_peers(self.tag)
 
     def _waited_peers(self, pending) -> list[int]:
         if self.strict:
@@ -371,7 +385,7 @@ class ShmEndpoint(Endpoint):
     def _missing(self, pending) -> list[int]:
         if self.strict:
             seq = self.tag
-            late = [p for p in range(self.size) if p != self.rank and self.t.arrived(p) < seq]
+            late = [p for p in range(self.size) if p != self.rank and self.seg.arrived(p) < seq]
             if late:
                 return late
         return sorted({r.peer for r in pending if not r.finished})
@@ -379,7 +393,7 @@ class ShmEndpoint(Endpoint):
     # -- one copy: peers read a source where it lies ----------------------------
     def expose(self, buf, huge: bool = False) -> Remote:
         """Publish where ``buf`` lies, for the peers to read in place
-        (``shm_direct``; ``huge``: with its share on huge pages)."""
+        (``one_copy``; ``huge``: with its share on huge pages)."""
         if self.direct is None:
             return super().expose(buf)
         return self.direct.expose(self, buf, huge)
@@ -388,16 +402,16 @@ class ShmEndpoint(Endpoint):
     def stage(self, count: int, like: np.ndarray) -> np.ndarray:
         """This rank's exchange buffer for the next exchange(), as ``count``
         elements of ``like``'s dtype to fill in place, where that exchange
-        goes through the buffers (see ``shm_exchange``); else a new array."""
+        goes through the buffers (see ``exchange``); else a new array."""
         staged = self.xchg.stage(count, like) if self.xchg is not None else None
         return super().stage(count, like) if staged is None else staged
 
-    def exchange_reduce(self, x: np.ndarray, out: np.ndarray, reduce) -> list[np.ndarray] | None:
-        """``exchange(x)`` with the reduction into ``out`` fused in by the
-        compiled ``reduce`` (``Exchange.fused``): None where ``out`` holds the
-        result, else the N contributions to reduce.  ``x`` fits the exchange
-        buffer.  Counts the bytes as exchange() does."""
-        views = self.xchg.fused(reduce, x, out, self.tag, self.key, self.block)
+    def exchange_reduce(self, x: np.ndarray, out: np.ndarray, reducer) -> list[np.ndarray] | None:
+        """``exchange(x)`` with the reduction into ``out`` fused in, one
+        compiled call reducing with ``reducer`` (``Exchange.fused``): None
+        where ``out`` holds the result, else the N contributions to reduce.
+        ``x`` fits the exchange buffer.  Counts the bytes as exchange() does."""
+        views = self.xchg.fused(reducer, x, out, self.tag, self.call_bytes, self.block)
         nb = x.nbytes * (self.size - 1)
         self.sent_bytes += nb
         self.recv_bytes += nb
@@ -406,14 +420,14 @@ class ShmEndpoint(Endpoint):
     def exchange(self, buf, root: int | None = None, sent: int | None = None,
                  recv: int | None = None) -> list[np.ndarray]:
         """One copy into this rank's exchange buffer and direct reads of the
-        others' where the contribution fits (``shm_exchange``), else messages.
+        others' where the contribution fits (``exchange``), else messages.
         Counts the bytes: the whole contribution per peer, or ``sent`` and
         ``recv``, the parts the peers read (see ``Endpoint.exchange``)."""
         x = self.xchg
         nb = buf.nbytes if isinstance(buf, np.ndarray) else sum(p.nbytes for p in buf)
         if x is None or nb > self.xchg_bytes:
             return super().exchange(buf, root, sent, recv)
-        views = x.run(buf, nb, root, self.tag, self.key, self.block)
+        views = x.run(buf, nb, root, self.tag, self.call_bytes, self.block)
         n, me = self.size, self.rank
         if root is None:
             self.sent_bytes += nb * (n - 1) if sent is None else sent

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from . import _wire
+from .. import _wire
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

@@ -1,4 +1,6 @@
-"""The shared-memory segment: its creation and unlink, and its layout.
+"""The shared-memory segment: its creation and unlink, its layout, and
+``Segment``, one rank's mapping of it with the words every part of the
+transport shares (doorbells, sleeping flags, arrival and failure words).
 
 One segment per communicator, created by rank 0 under an unguessable name
 with O_EXCL and mode 0600, opened by the others, and unlinked as soon as all
@@ -18,7 +20,7 @@ Layout (every offset named below; all 64-byte aligned)::
                  nslots x [header: tag, total, offset, nbytes, kind, key (i64)
                            | data]
     one-copy     per rank, a line: posted, address, bytes, call, call size,
-                 done (i64; shm_direct), after everything above so that no
+                 done (i64; one_copy.py), after everything above so that no
                  offset before it moves
 """
 from __future__ import annotations
@@ -29,8 +31,9 @@ import secrets
 
 import numpy as np
 
-from . import _wire
-from .errors import CollectiveError
+from .. import _wire
+from ..errors import CollectiveError, mismatched, peer_notice
+from . import _futex
 
 SHM_DIR = "/dev/shm"
 SHM_PREFIX = "collectives-"
@@ -64,7 +67,7 @@ SLOT_HEADER = 64
 TAG, TOTAL, OFFSET, NBYTES, KIND, KEY = range(6)
 HEADER_FIELDS = 6
 
-# The one-copy block of rank r (shm_direct): one line at Layout.direct(r),
+# The one-copy block of rank r (one_copy.py): one line at Layout.direct(r),
 # written by r only.  The fields, i64 each, in this order: the number of r's
 # last published source, where it lies (address in r's memory, bytes), the
 # collective and call size it belongs to, and the number of the last
@@ -183,7 +186,7 @@ def open_segment(mpicomm, nbytes: int) -> mmap.mmap:
 def create(nbytes: int, hint: str = "; set COLLECTIVES_SHM_SLOT_BYTES or "
            "COLLECTIVES_SHM_SLOTS lower") -> str:
     """A new file of ``nbytes`` in /dev/shm under a fresh unguessable name
-    (the segment's, or a region's: shm_regions), or OSError (``hint``: what
+    (the segment's, or a region's: regions.py), or OSError (``hint``: what
     to do where /dev/shm lacks the room)."""
     st = os.statvfs(SHM_DIR)
     if st.f_bavail * st.f_frsize < nbytes:
@@ -196,3 +199,111 @@ def create(nbytes: int, hint: str = "; set COLLECTIVES_SHM_SLOT_BYTES or "
     finally:
         os.close(fd)
     return name
+
+
+class Segment:
+    """Rank ``rank``'s mapping of a segment laid out as ``layout`` says: the
+    bytes (``mem``, and ``u32``/``q64`` for the control words as plain Python
+    ints: cheaper than numpy scalars), their address, and the words of the
+    rank blocks that every part of the transport uses -- doorbells and
+    sleeping flags (``ring``, ``sleep``, ``doorbell``), arrival (``set_arrived``,
+    ``arrived``) and the failure path (``notify``, ``watch``).  ``buf`` is the
+    mapping (``open_segment``'s; ``close`` closes it) or any writable buffer
+    of ``layout.total`` bytes (a test's)."""
+
+    def __init__(self, buf, layout: Layout, rank: int):
+        self.layout, self.rank, self.size = layout, rank, layout.n
+        self._buf = buf
+        self.mem = np.frombuffer(buf, dtype=np.uint8)
+        if self.mem.nbytes < layout.total:
+            raise ValueError(f"a segment of {layout.total} bytes in a buffer of {self.mem.nbytes}")
+        self.u32 = memoryview(buf).cast("B").cast("I")
+        self.q64 = memoryview(buf).cast("B").cast("q")
+        self.addr = self.mem.ctypes.data
+        n = layout.n  # each rank's doorbell and first sleeping flag, as u32 indices
+        self.bells = [layout.u32(r, DOORBELL) for r in range(n)]
+        self.sleeping = [layout.u32(r, SLEEPING) for r in range(n)]
+        self.others = [p for p in range(n) if p != rank]
+        # every rank's arrival (collective, call size) and failure words, as i64 indices
+        self.board = [(layout.i64(r, ARRIVED), layout.i64(r, ARRIVED_KEY)) for r in range(n)]
+        self.failed = [layout.i64(r, FAILED) for r in range(n)]
+
+    # -- doorbells ----------------------------------------------------------
+    def ring(self, peer: int) -> None:
+        """Tell ``peer`` there is news: bump its doorbell, wake it if it sleeps."""
+        i, s = self.bells[peer], self.sleeping[peer]
+        u32 = self.u32
+        u32[i] = (u32[i] + 1) & MASK
+        if u32[s] or u32[s + 1]:  # the SLEEPING flag of coll (ctx 0) or of p2p (ctx 1)
+            _futex.wake(self.addr + 4 * i)
+
+    def sleep(self, ctx: int, seen: int, timeout: float) -> None:
+        """Sleep on this rank's doorbell; a wake-up lost to a race costs at most 2 ms."""
+        flag = self.sleeping[self.rank] + ctx
+        self.u32[flag] = 1
+        _futex.wait(self.addr + 4 * self.bells[self.rank], seen, max(0.0, min(timeout, 0.002)))
+        self.u32[flag] = 0
+
+    def doorbell(self) -> int:
+        return self.u32[self.bells[self.rank]]
+
+    def channel(self, ctx: int, src: int, dst: int) -> Channel:
+        return Channel(self.layout, self.mem, self.layout.channel(ctx, src, dst))
+
+    # -- arrival ------------------------------------------------------------
+    def set_arrived(self, seq: int, call_bytes: int = 0) -> None:
+        # ARRIVED is 0 while the call size changes: a peer that reads the same
+        # sequence number before and after it has read that call's size
+        q, (a, k) = self.q64, self.board[self.rank]
+        q[a] = 0
+        q[k] = call_bytes
+        q[a] = seq
+
+    def arrived(self, r: int) -> int:
+        return self.q64[self.board[r][0]]
+
+    # -- the failure path ---------------------------------------------------
+    def notify(self, seq: int, text: str) -> None:
+        """Write this rank's note, then its failure word, and ring every peer."""
+        note = text.encode()[:NOTE_BYTES]
+        at = self.layout.note(self.rank)
+        self.mem[at:at + len(note)] = np.frombuffer(note, np.uint8)
+        self.q64[self.layout.i64(self.rank, NOTE_LEN)] = len(note)
+        self.q64[self.failed[self.rank]] = seq
+        for p in self.others:
+            self.ring(p)
+
+    def watch(self, seq: int) -> None:
+        """Raise what a peer's rank block says about collective ``seq``: its
+        note, where it gave up this call or an earlier one; ``mismatched``,
+        where it has entered this call with another call size than this
+        rank's (as published: debug mode publishes UNCHECKED everywhere)."""
+        q = self.q64
+        mine = q[self.board[self.rank][1]]
+        for p in self.others:
+            f = q[self.failed[p]]
+            if 0 < f <= seq:
+                n = max(0, min(q[self.layout.i64(p, NOTE_LEN)], NOTE_BYTES))
+                at = self.layout.note(p)
+                raise peer_notice(p, bytes(self.mem[at:at + n]).decode("utf-8", "replace"))
+        for p in self.others:
+            a, k = self.board[p]
+            if q[a] != seq:
+                continue
+            theirs = q[k]
+            if theirs != mine and q[a] == seq:  # still that call: its size
+                raise mismatched(p, seq, theirs, self.rank, mine)
+
+    def close(self) -> None:
+        """Drop the views and close the mapping (where no view is still alive
+        elsewhere; else it goes with the last one)."""
+        for mv in (self.u32, self.q64):
+            if mv is not None:
+                mv.release()
+        self.mem = self.u32 = self.q64 = None
+        if isinstance(self._buf, mmap.mmap):
+            try:
+                self._buf.close()
+            except (BufferError, ValueError):
+                pass
+        self._buf = None

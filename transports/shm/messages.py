@@ -1,4 +1,4 @@
-"""The messages of the shared-memory slot protocol (``shm_slots``): a send,
+"""The messages of the shared-memory slot protocol (``slots``): a send,
 a posted receive and an unexpected message, each with how far it has come.
 
 A request's ``external`` tells whether its bytes move outside the segment
@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..base import Request
 from . import _cma
-from .base import Request
 
 
 class Send(Request):
-    """A send; ``key``: the endpoint's call size when it was posted, which
+    """A send; ``call_bytes``: the endpoint's call size when it was posted, which
     every slot of it carries."""
 
-    __slots__ = ("ep", "peer", "data", "tag", "key", "off", "chunks", "finished", "rndv",
+    __slots__ = ("ep", "peer", "data", "tag", "call_bytes", "off", "chunks", "finished", "rndv",
                  "target")
     external = False  # the bytes move outside the segment (EXTERNAL slots)
 
     def __init__(self, ep, peer, data, tag):
-        self.ep, self.peer, self.data, self.tag, self.key = ep, peer, data, tag, ep.key
+        self.ep, self.peer, self.data, self.tag = ep, peer, data, tag
+        self.call_bytes = ep.call_bytes
         self.off = 0
-        self.rndv = 0 < ep.t.cma_bytes <= data.nbytes
-        self.chunks = 1 if self.rndv else max(1, -(-data.nbytes // ep.t.slot_bytes))
+        self.rndv = 0 < ep.cma_bytes <= data.nbytes
+        self.chunks = 1 if self.rndv else max(1, -(-data.nbytes // ep.slot_bytes))
         self.target = 0  # the acked count that completes a rendezvous send
         self.finished = False
 
@@ -37,15 +38,15 @@ class Send(Request):
 
 
 class Recv(Request):
-    """A posted receive; ``acc``/``op`` set for a receive-and-reduce; ``key``:
+    """A posted receive; ``acc``/``op`` set for a receive-and-reduce; ``call_bytes``:
     the call size its sender's slots must carry."""
 
-    __slots__ = ("ep", "peer", "tag", "key", "out", "acc", "op", "total", "off",
+    __slots__ = ("ep", "peer", "tag", "call_bytes", "out", "acc", "op", "total", "off",
                  "finished", "source")
     external = False
 
     def __init__(self, ep, peer, tag, out, acc=None, op=None):
-        self.ep, self.peer, self.tag, self.key = ep, peer, tag, ep.key
+        self.ep, self.peer, self.tag, self.call_bytes = ep, peer, tag, ep.call_bytes
         self.out = out  # uint8 view of the destination
         self.acc, self.op = acc, op
         self.total = out.nbytes
@@ -87,7 +88,7 @@ class Unexpected:
 
     __slots__ = ("tag", "total", "off", "buf", "finished", "waiter")
     external = False
-    key = 0  # point-to-point messages carry no call size
+    call_bytes = 0  # point-to-point messages carry no call size
 
     def __init__(self, tag, total):
         self.tag, self.total, self.off = tag, total, 0

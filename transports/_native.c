@@ -1,0 +1,243 @@
+/* transports._native: the transports' compiled pieces.
+ *
+ * - stream_copy: a copy with streaming (non-temporal) stores, the one
+ *   compiled copy of the library (transports/copy.py is its Python face;
+ *   both layers use it from there).
+ * - exchange_reduce: the small all-reduce through the shm transport's
+ *   exchange buffers in one call: the protocol of transports/shm/exchange.py
+ *   (Exchange.run) word for word, then a reduction in rank order that the
+ *   caller hands over (a collectives_reducer, transports/native_api.h; the
+ *   collectives layer's kernels provide them).
+ *
+ * Optional: where it does not build, the shm transport runs the Python
+ * exchange and copies with numpy. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "native_api.h"
+
+/* memcpy, with streaming stores from the first 64-byte boundary of d on: whole
+ * cache lines go to memory without being read into the cache first, which
+ * halves the memory traffic of a copy into an output larger than the caches
+ * (docs/performance.md).  SSE2 is part of every x86-64 processor; 16-byte
+ * stores stream as fast as wider ones (memory decides).  Elsewhere plain
+ * memcpy. */
+static void stream_copy_bytes(char *d, const char *s, size_t n)
+{
+#if defined(__SSE2__)
+    size_t head = (0 - (uintptr_t)d) & 63;
+    if (head > n)
+        head = n;
+    memcpy(d, s, head);
+    size_t i = head;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    _mm_sfence(); /* the streamed stores are visible before anything after */
+    memcpy(d + i, s + i, n - i);
+#else
+    memcpy(d, s, n);
+#endif
+}
+
+/* stream_copy(dst_address, src_address, nbytes): the caller has checked both
+ * ranges (transports/copy.py) */
+static PyObject *stream_copy(PyObject *self, PyObject *args)
+{
+    unsigned long long dst, src;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "KKn", &dst, &src, &n))
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "stream_copy: negative size");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    stream_copy_bytes((char *)(uintptr_t)dst, (const char *)(uintptr_t)src, (size_t)n);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+#ifdef __linux__
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define EXCHANGE_REDUCE 1
+
+static int overlaps(const Py_buffer *a, const Py_buffer *b)
+{
+    const char *p = (const char *)a->buf, *q = (const char *)b->buf;
+    return a->len && b->len && p < q + b->len && q < p + a->len;
+}
+
+/* The plan (an int64 array that Exchange builds once) says where the words are:
+ *   [base address, exchange buffer bytes, N, this rank,
+ *    then per rank: doorbell (u32 index), its coll SLEEPING flag (u32 index),
+ *    its exchanged word (i64 index), the (bytes, call, call size) words of
+ *    buffer 0 and of buffer 1 (i64 index of the first), buffer 0 and buffer 1
+ *    (byte offsets)].
+ * N is any number of ranks: the plan is as long as N says.
+ * Exchange k: copy x into this rank's buffer k mod 2, publish the bytes, the
+ * call and the call size in that buffer's words, then k as the exchanged
+ * word; ring every peer (its doorbell + 1, a futex wake where one of its
+ * SLEEPING flags, coll's or p2p's, is set); look for the peers' exchanged
+ * words a bounded number of times; check what they published; reduce every
+ * rank's buffer, rank 0 first, into out with the reducer.  Returns XR_DONE;
+ * XR_LATE where a peer has not published k yet (Python waits as any call
+ * does: this function holds the GIL and never sleeps); XR_MISMATCH where a
+ * peer published other words (Python checks them again and raises its
+ * errors).  Both after publishing.  An error (bad arguments, no memory) is
+ * raised before anything is published. */
+enum { XR_DONE = 0, XR_LATE = 1, XR_MISMATCH = 2 };
+enum { PLAN_HEAD = 4, PLAN_STRIDE = 7 };
+enum { P_BELL, P_SLEEP, P_SEQ, P_META0, P_META1, P_BUF0, P_BUF1 };
+/* polls of the peers' words before handing over to Python's wait: about
+ * 2 us (1 to 2 ns a poll here), as long as Python's own look (PRESPIN), so
+ * that a peer a little behind is caught without a sleep and a rank whose
+ * peer needs its core (more ranks than cores) gives it up soon.  No PAUSE
+ * between polls: under KVM it can exit to the host (pause-loop exiting),
+ * 200 to 300 ns a PAUSE measured on the development VM. */
+#define XR_POLLS 2048
+
+static PyObject *exchange_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "exchange_reduce(reducer, plan, x, out, k, call, key) takes 7 arguments");
+        return NULL;
+    }
+    const collectives_reducer *red =
+        (const collectives_reducer *)PyCapsule_GetPointer(args[0], COLLECTIVES_REDUCER_CAPSULE);
+    if (!red)
+        return NULL;
+    if (red->version != COLLECTIVES_REDUCER_VERSION || !red->reduce || !red->itemsize) {
+        PyErr_SetString(PyExc_ValueError, "exchange_reduce: a reducer of another version");
+        return NULL;
+    }
+    long long k = PyLong_AsLongLong(args[4]), call = PyLong_AsLongLong(args[5]);
+    long long key = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (k < 1) {
+        PyErr_SetString(PyExc_ValueError, "exchange_reduce: k out of range");
+        return NULL;
+    }
+    Py_buffer plan, x, out;
+    if (PyObject_GetBuffer(args[1], &plan, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &x, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&plan);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &out, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&plan);
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const char *small_in[8];
+    const char **in = small_in;
+    const int64_t *pl = (const int64_t *)plan.buf;
+    size_t words = (size_t)plan.len / sizeof(int64_t);
+    int64_t n = words >= PLAN_HEAD ? pl[2] : 0, me = words >= PLAN_HEAD ? pl[3] : -1;
+    size_t size = red->itemsize;
+    if (n < 1 || me < 0 || me >= n || (size_t)n > (words - PLAN_HEAD) / PLAN_STRIDE) {
+        PyErr_SetString(PyExc_ValueError, "exchange_reduce: not a plan");
+        goto done;
+    }
+    if (x.len != out.len || x.len <= 0 || x.len > pl[1] || (size_t)x.len % size ||
+        (overlaps(&x, &out) && x.buf != out.buf)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "exchange_reduce: x and out must be the same whole number of "
+                        "elements, at most one exchange buffer, the same memory or apart");
+        goto done;
+    }
+    if (n > 8 && !(in = PyMem_Calloc((size_t)n, sizeof(char *)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    char *base = (char *)(intptr_t)pl[0];
+    volatile uint32_t *u32 = (volatile uint32_t *)base;
+    int64_t *q = (int64_t *)base;
+    const int64_t *mine = pl + PLAN_HEAD + PLAN_STRIDE * me;
+    int par = (int)(k & 1);
+    int64_t nb = (int64_t)x.len;
+    memcpy(base + mine[P_BUF0 + par], x.buf, (size_t)nb);
+    /* publish: the words of this buffer, then the sequence number (release:
+     * a peer that sees k sees the data and the words) */
+    volatile int64_t *w = q + mine[P_META0 + par];
+    w[0] = nb;
+    w[1] = call;
+    w[2] = key;
+    __atomic_store_n(q + mine[P_SEQ], (int64_t)k, __ATOMIC_RELEASE);
+    for (int64_t p = 0; p < n; p++) {
+        if (p == me)
+            continue;
+        const int64_t *r = pl + PLAN_HEAD + PLAN_STRIDE * p;
+        /* a locked add: the new doorbell is visible before the flags are read */
+        __atomic_fetch_add((uint32_t *)(u32 + r[P_BELL]), 1u, __ATOMIC_SEQ_CST);
+        if (u32[r[P_SLEEP]] || u32[r[P_SLEEP] + 1])
+            syscall(SYS_futex, (uint32_t *)(u32 + r[P_BELL]), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+    int64_t late = -1;
+    for (int poll = 0; poll < XR_POLLS; poll++) {
+        late = -1;
+        for (int64_t p = 0; p < n && late < 0; p++)
+            if (p != me && __atomic_load_n(q + pl[PLAN_HEAD + PLAN_STRIDE * p + P_SEQ],
+                                           __ATOMIC_ACQUIRE) < k)
+                late = p;
+        if (late < 0)
+            break;
+    }
+    if (late >= 0) {
+        result = PyLong_FromLong(XR_LATE);
+        goto done;
+    }
+    int bad = 0;
+    for (int64_t p = 0; p < n; p++) {
+        const int64_t *r = pl + PLAN_HEAD + PLAN_STRIDE * p;
+        volatile const int64_t *m = q + r[P_META0 + par];
+        if (p != me && (m[0] != nb || m[1] != call || m[2] != key))
+            bad = 1;
+        in[p] = base + r[P_BUF0 + par];
+    }
+    if (!bad)
+        red->reduce(red, (char *)out.buf, in, (size_t)n, (size_t)nb / size);
+    result = PyLong_FromLong(bad ? XR_MISMATCH : XR_DONE);
+done:
+    if (in != small_in)
+        PyMem_Free(in);
+    PyBuffer_Release(&plan);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&out);
+    return result;
+}
+#endif
+
+static PyMethodDef methods[] = {
+    {"stream_copy", stream_copy, METH_VARARGS,
+     "stream_copy(dst, src, nbytes): a copy between two addresses with streaming stores"},
+#ifdef EXCHANGE_REDUCE
+    {"exchange_reduce", (PyCFunction)(void (*)(void))exchange_reduce, METH_FASTCALL,
+     "exchange_reduce(reducer, plan, x, out, k, call, key): the small all-reduce of x "
+     "into out through the shm exchange buffers; 0 done, 1 a peer is late, 2 mismatch"},
+#endif
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
