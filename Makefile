@@ -72,5 +72,4 @@ mutants: venv
 	$(PY) tests/mutants.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache build transports/_native*.so collectives/_kernels*.so \
-		collectives/_ntcopy*.so
+	rm -rf $(VENV) *.egg-info .pytest_cache build transports/_native*.so collectives/_kernels*.so
