@@ -1,4 +1,4 @@
-"""all_to_all's ``in_place`` at N = 2 reads with process_vm_readv exactly where
+"""all_to_all's ``one_copy_or_staged`` at N = 2 reads with process_vm_readv exactly where
 huge pages back every rank's source, and takes the staged path elsewhere:
 
     mpiexec -n 2 python tests/huge_check.py OUT.json

@@ -53,8 +53,8 @@ class OneCopy:
                  regions: Regions | None = None):
         self.seg, self.peers, self.rank = seg, peers, seg.rank
         self.liveness, self.regions = liveness, regions
-        self.mine = seg.layout.direct(seg.rank)
-        self.theirs = [seg.layout.direct(p) for p in peers]
+        self.mine = seg.layout.one_copy(seg.rank)
+        self.theirs = [seg.layout.one_copy(p) for p in peers]
         self.block_of = dict(zip(peers, self.theirs))
         self.seq = 0
 

@@ -72,7 +72,7 @@ HEADER_FIELDS = 6
 # last published source, where it lies (address in r's memory, bytes), the
 # collective and call size it belongs to, and the number of the last
 # publication whose reads r has finished.
-DIRECT_BLOCK = 64
+ONE_COPY_BLOCK = 64
 # D_HUGE: the share of the source that huge pages back, in 1/1000 (where asked)
 D_POSTED, D_ADDR, D_BYTES, D_CALL, D_KEY, D_DONE, D_HUGE = range(7)
 
@@ -91,8 +91,8 @@ class Layout:
         self.chan_bytes = SLOTS + nslots * self.slot_step
         self.xchg_base = align(RANK_BLOCK * n, PAGE)
         self.chan_base = self.xchg_base + 2 * n * xchg_bytes
-        self.direct_base = self.chan_base + 2 * n * n * self.chan_bytes
-        self.total = align(self.direct_base + n * DIRECT_BLOCK, PAGE)
+        self.one_copy_base = self.chan_base + 2 * n * n * self.chan_bytes
+        self.total = align(self.one_copy_base + n * ONE_COPY_BLOCK, PAGE)
 
     def u32(self, r: int, field: int) -> int:
         """Index, in u32 words, of ``field`` of rank r's block."""
@@ -119,9 +119,9 @@ class Layout:
         """Channel src -> dst of endpoint ``ctx`` (coll 0, p2p 1)."""
         return self.chan_base + ((ctx * self.n + src) * self.n + dst) * self.chan_bytes
 
-    def direct(self, r: int) -> int:
+    def one_copy(self, r: int) -> int:
         """Index, in i64 words, of rank r's one-copy block (its D_POSTED)."""
-        return (self.direct_base + r * DIRECT_BLOCK) // 8
+        return (self.one_copy_base + r * ONE_COPY_BLOCK) // 8
 
     def slot(self, chan: int, k: int) -> int:
         """Slot k of the channel at ``chan``: its header, then its data."""

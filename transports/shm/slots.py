@@ -90,7 +90,7 @@ class ShmEndpoint(Endpoint):
             if strict and size > 1 else None
         # the one-copy path (one_copy.py), where the ranks may read each other's memory
         self.one_copy = strict and settings.one_copy
-        self.direct = OneCopy(seg, self.peers, liveness, regions) \
+        self.reader = OneCopy(seg, self.peers, liveness, regions) \
             if self.one_copy and size > 1 else None
 
     def release(self) -> None:
@@ -394,9 +394,9 @@ class ShmEndpoint(Endpoint):
     def expose(self, buf, huge: bool = False) -> Remote:
         """Publish where ``buf`` lies, for the peers to read in place
         (``one_copy``; ``huge``: with its share on huge pages)."""
-        if self.direct is None:
+        if self.reader is None:
             return super().expose(buf)
-        return self.direct.expose(self, buf, huge)
+        return self.reader.expose(self, buf, huge)
 
     # -- exchange through the exchange buffers -------------------------------
     def stage(self, count: int, like: np.ndarray) -> np.ndarray:
