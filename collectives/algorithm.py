@@ -84,12 +84,13 @@ class Family:
     algorithms: tuple[Algorithm, ...]
     alone: Callable
     choose: Callable
+    _by_name: dict = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {a.name: a for a in self.algorithms})
 
     def __getitem__(self, name: str) -> Algorithm:
-        for a in self.algorithms:
-            if a.name == name:
-                return a
-        raise KeyError(name)
+        return self._by_name[name]
 
     def names(self) -> list[str]:
         return [a.name for a in self.algorithms]

@@ -40,8 +40,6 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from transports import copy as _copy
-
 from . import streaming
 from .dtypes import is_bfloat16, is_half, is_inexact, supported
 
@@ -258,17 +256,6 @@ def exchange_reducer(dtype: np.dtype, op: str):
         return None
     code = _code(np.dtype(dtype), _op_name(op))
     return None if code is None else _kernels.reducer(*code)
-
-
-def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``np.copyto(dst, src)`` with streaming stores (``transports.copy``,
-    the library's one compiled copy), for two C-contiguous arrays of one
-    dtype and size that do not overlap (anything else, small copies and the
-    numpy path go to ``np.copyto``)."""
-    if _numpy:
-        np.copyto(dst, src)
-        return
-    _copy.stream_copy(dst, src)
 
 
 def __getattr__(name: str):

@@ -315,17 +315,3 @@ def test_extension_is_built_where_there_is_a_compiler():
         pytest.skip("no C compiler: the library reduces with numpy")
     assert kernels._kernels is not None, "collectives._kernels did not build (pip install -e . builds it)"
 
-
-@pytest.mark.parametrize("count", [4096, 4097, 100_003])
-@pytest.mark.parametrize("offset", [0, 3])
-def test_stream_copy_equals_copyto(count, offset):
-    src = pool(np.dtype(np.uint8))[0, offset:offset + count]
-    for path in PATHS:
-        kernels.use(path)
-        dst = np.zeros(count + 8, np.uint8)
-        kernels.stream_copy(dst[offset:offset + count], src)
-        np.testing.assert_array_equal(dst[offset:offset + count], src, err_msg=path)
-        assert not dst[:offset].any() and not dst[offset + count:].any(), path
-    a = np.arange(100_000, dtype=np.float64)
-    kernels.stream_copy(a[1000:], a[:-1000])  # overlapping: numpy's copy
-    np.testing.assert_array_equal(a[1000:], np.arange(99_000, dtype=np.float64))

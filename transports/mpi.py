@@ -28,8 +28,8 @@ from typing import Iterable
 import numpy as np
 from mpi4py import MPI
 
-from .base import (TAG_UB, Capabilities, UNCHECKED, Deadline, Endpoint, Reducer, Request, Transport,
-                   as_bytes)
+from .base import (TAG_UB, UNCHECKED, Capabilities, Deadline, Endpoint, Reducer, Request,
+                   Transport, as_bytes)
 from .errors import CollectiveError, PeerFailure, mismatched, peer_notice
 
 # a wait polls this many times, yielding the core, then naps between polls,
