@@ -4,6 +4,7 @@ Run under MPI; rank 0 prints a table::
 
     mpiexec -n 4 python -m bench all_reduce -b 8 -e 64M -f 4 --check
     mpiexec -n 4 python -m bench all -b 1K -e 4M -f 16 --json out.json
+    mpiexec -n 4 python -m bench tune -o tuning.json   # see bench.tune
 
 Conventions (those of nccl-tests)
 ---------------------------------
@@ -45,6 +46,17 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   call is the largest, over ranks, of each rank's average time per call of a
   loop of ``iters`` calls that starts after a barrier.  ``time`` (and
   ``mpi_time``) is the median of the R rounds' figures.
+* Algorithms (``--algorithm``): by default each row times the library's
+  default, printed ``auto:X(source)``: X is the algorithm it chose for the
+  size (asked after the size's rounds) and source where the choice came
+  from, ``table`` (the library's own), ``tuning`` (a tuning file:
+  ``python -m bench tune``) or ``adapted`` (run-time adaptation); a name
+  forces that algorithm; ``all`` times the default and then every
+  algorithm offered, in the same rounds, and adds the column ``÷best``:
+  per row, the median over the rounds of the row's out-of-place time over
+  the fastest named algorithm's time in the same round (1.00: the fastest;
+  on the default's row, what its choice costs).  ``python -m bench.summary
+  --defaults`` tabulates the default's ``÷best`` and ratios from such runs.
 * Buffers (``--alloc``): ours are plain numpy arrays (``numpy``, the
   default) or communicator-allocated ones (``comm``: ``comm.empty``, the
   same values; on ``shm`` the peers read them in place); the baseline's are
@@ -111,7 +123,8 @@ One object per collective::
                "inplace_time_us", "inplace_algbw", "inplace_busbw",
                "inplace_wrong", "mpi_time_us", "mpi_busbw", "ratio",
                "repeat", "times_us", "inplace_times_us", "mpi_times_us",
-               "ratios", "copy_times_us", "copy_gbps", "pct_copy"}, ...]}
+               "ratios", "copy_times_us", "copy_gbps", "pct_copy", "source",
+               "over_best", "over_best_ratios"}, ...]}
 
 A single collective writes that object; ``all`` writes a list of them, one
 per collective, in the order run.  ``-``, ``N/A`` and ``n/a`` become
@@ -123,6 +136,10 @@ round's figure (``repeat`` of them, in round order), ``ratios`` each
 round's ``mpi_time / time``; ``time_us`` etc. are their medians and
 ``ratio`` the median of ``ratios``; ``iters`` is per round.  ``copy_gbps``
 is S over the median copy time, ``pct_copy`` the ``%cpy`` column.
+``auto`` is true on the default's rows, ``algorithm`` then the algorithm it
+chose and ``source`` where the choice came from (null on other rows, and
+where the library does not say); ``over_best`` is the ``÷best`` column and
+``over_best_ratios`` each round's ratio (null without ``--algorithm all``).
 
 Many hosts
 ----------

@@ -1,4 +1,5 @@
-"""``mpiexec -n N python -m bench COLLECTIVE [options]``; see bench/__init__.py."""
+"""``mpiexec -n N python -m bench COLLECTIVE [options]``, see bench/__init__.py;
+``mpiexec -n N python -m bench tune -o FILE [options]``, see bench/tune.py."""
 from __future__ import annotations
 
 import sys

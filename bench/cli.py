@@ -1,6 +1,7 @@
 """Command line: ``mpiexec -n N python -m bench COLLECTIVE [options]``.
 
-See the package docstring for what the columns mean.
+See the package docstring for what the columns mean.  ``python -m bench
+tune ...`` writes a tuning file instead (bench/tune.py).
 """
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m bench",
                 description="nccl-tests style benchmark of the collectives library "
-                            "against MPI's own collectives (run under mpiexec)")
+                            "against MPI's own collectives (run under mpiexec); "
+                            "'python -m bench tune -h': write a tuning file")
     p.add_argument("collective", choices=COLLECTIVES + ("all",),
                    help="the collective to measure, or 'all' for each in turn")
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("32M"),
@@ -96,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "plain")
     p.add_argument("--algorithm", default=None,
                    help="force one of comm.algorithms(collective), or 'all' for a row "
-                        "per algorithm (default: the library's choice)")
+                        "for the library's choice and one per algorithm, timed in the same "
+                        "rounds, with each row's time over the fastest's (÷best) "
+                        "(default: the library's choice)")
     p.add_argument("--hosts", default="auto", choices=("auto", "only", "off"),
                    help="where the ranks span several hosts: after each table, hier beside "
                         "the flat mpi transport and MPI with the bytes moved within and "
@@ -155,7 +159,8 @@ def algorithms_for(name: str, requested: Optional[str], comm) -> Optional[list[O
     offered = comm.algorithms(name)
     if requested != "all" and requested not in offered:
         return None
-    return list(offered) if requested == "all" else [requested]
+    # all: the default first, then every algorithm, timed in the same rounds
+    return [None] + list(offered) if requested == "all" else [requested]
 
 
 def _settings(a: argparse.Namespace, algs: list[Optional[str]]):
@@ -190,8 +195,11 @@ def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, t
               "with a user-defined op (MPI.Op.Create: numpy, float32, rounded to bfloat16)",
               flush=True)
     if rank0:
-        shown = [x for x in algs if x is not None] or comm.algorithms(name)
-        table.header(res, a.transport, [("auto:" if None in algs else "") + x for x in shown])
+        labels = [x for x in algs if x is not None]
+        if None in algs:  # auto:X(source), X any algorithm it may choose
+            labels += [f"auto:{x}({source})" for x in comm.algorithms(name)
+                       for source in report.SOURCES]
+        table.header(res, a.transport, labels, over_best=len(algs) > 1)
     for row in runner.run_collective(name, comm, mpicomm, _settings(a, algs), nccl):
         res.rows.append(row)
         if rank0:
@@ -211,7 +219,12 @@ def _many_hosts(a: argparse.Namespace, comm, mpicomm):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the benchmark; returns the exit status (1 if any result was wrong)."""
+    """Run the benchmark; returns the exit status (1 if any result was wrong).
+    ``tune ...`` hands the rest of the arguments to ``bench.tune``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["tune"]:
+        from . import tune
+        return tune.main(args[1:])
     from mpi4py import MPI
 
     import collectives as cc
@@ -219,7 +232,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from . import report, runner, timing
 
     world = MPI.COMM_WORLD
-    a = parse_args(argv, world.Get_rank(), world.Get_size())
+    a = parse_args(args, world.Get_rank(), world.Get_size())
     names = list(COLLECTIVES) if a.collective == "all" else [a.collective]
     mpicomm = world.Dup()
     results: list[report.Result] = []
@@ -252,7 +265,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     f"{timing.MIN_ITERS}..{timing.MAX_ITERS} a round)",
                     warmup=str(a.warmup_iters) if a.warmup_iters is not None
                     else f"{DEFAULT_WARMUP} (0.02..0.2 s)", check=a.check,
-                    repeat=a.repeat, alloc=a.alloc)
+                    repeat=a.repeat, alloc=a.alloc, over_best=a.algorithm == "all")
             nccl = None
             if a.transport == "cuda":
                 nccl, why = gpu.nccl_baseline(mpicomm)

@@ -44,6 +44,25 @@ _COLUMNS = ([("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 10),
                ("%cpy", "", 6)])
 _GROUPS = {6: "out-of-place", 10: "in-place"}  # first column index -> title
 NA = "n/a"  # in-place cells of a call without an in-place form
+OVER_BEST_WIDTH = 7  # the last column's, with several algorithms (--algorithm all)
+SOURCES = ("table", "tuning", "adapted")  # where the default's choice comes from
+
+
+def over_best_title(out: TextIO) -> str:
+    """The ÷best column's title, spelt with a slash where ``out`` cannot encode ÷."""
+    try:
+        "\u00f7".encode(getattr(out, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return "/best"
+    return "\u00f7best"
+
+
+def algorithm_label(r: Row) -> str:
+    """The algorithm cell: ``auto:X(source)`` for the default's rows (``auto:X``
+    where the library does not say where its choice came from)."""
+    if not r.auto:
+        return r.algorithm
+    return f"auto:{r.algorithm}" + (f"({r.source})" if r.source else "")
 
 
 def _fmt(x: Optional[float], spec: str, missing: str = "-") -> str:
@@ -61,39 +80,51 @@ class Table:
     def __init__(self, out: TextIO = sys.stdout):
         self.out = out
         self.alg_width = 12
+        self.over_best = False  # the collective's table has the ÷best column
 
     def _print(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
     def preamble(self, memcpy_gbps: float, iters: str, warmup: str, check: bool,
-                 repeat: int, alloc: str = "numpy") -> None:
-        """The lines that hold for every collective of the run."""
+                 repeat: int, alloc: str = "numpy", over_best: bool = False) -> None:
+        """The lines that hold for every collective of the run; ``over_best``:
+        the tables have the ÷best column (--algorithm all)."""
         self._print(f"# memcpy bandwidth (1 core, np.copyto of 64 MiB): {memcpy_gbps:.2f} GB/s")
         self._print(f"# iters: {iters}  warmup: {warmup}  check: {'yes' if check else 'no'}"
-                    "  (algorithm auto:X = the library's default choice, X)")
+                    "  (algorithm auto:X(source) = the library's default choice, X, taken "
+                    "from its table, a tuning file or run-time adaptation)")
         self._print(f"# rounds: {repeat} a size, each timing ours (out of place, in place), "
                     "the baseline and a copy of the message in turn; times are medians")
         self._print("# ratio: median over rounds of baseline time / our time out of place "
                     "(> 1: ours faster);  %cpy: median over rounds of busbw / the bandwidth "
                     "of np.copyto of the message's bytes, every rank at once")
+        if over_best:
+            self._print(f"# {over_best_title(self.out)}: median over rounds of the row's time "
+                        "out of place / the fastest named algorithm's in the same round "
+                        "(1.00: the fastest; the default's row: what its choice costs)")
         if alloc == "comm":
             self._print("# our buffers: communicator-allocated (comm.empty); the baseline's: "
                         "plain numpy arrays")
         self._print("#")
 
     def header(self, res: Result, requested_transport: str,
-               algorithm_names: list[str]) -> None:
-        """The collective's title line and the column heads."""
-        self.alg_width = max([12] + [len(a) + 5 for a in algorithm_names])
+               algorithm_names: list[str], over_best: bool = False) -> None:
+        """The collective's title line and the column heads; ``algorithm_names``
+        the labels that the algorithm column is to hold, ``over_best``: add the
+        ÷best column."""
+        self.alg_width = max([12] + [len(a) + 3 for a in algorithm_names])
+        self.over_best = over_best
+        columns = _COLUMNS + ([(over_best_title(self.out), "", OVER_BEST_WIDTH)]
+                              if over_best else [])
         transport = res.transport
         if requested_transport != res.transport:
             transport += f" ({requested_transport})"
         self._print(f"# {res.collective}  nranks {res.n}  transport {transport}  dtype "
                     f"{res.dtype}  op {res.op}  root {res.root}  memcpy "
                     f"{res.memcpy_gbps:.2f} GB/s")
-        widths = [w or self.alg_width for _, _, w in _COLUMNS]
+        widths = [w or self.alg_width for _, _, w in columns]
         groups, names, units = [], [], []
-        for i, ((title, unit, _), w) in enumerate(zip(_COLUMNS, widths)):
+        for i, ((title, unit, _), w) in enumerate(zip(columns, widths)):
             if i in _GROUPS:  # centred over its four columns and their spaces
                 span = sum(widths[i:i + len(_TIMING)]) + len(_TIMING) - 1
                 groups.append(_GROUPS[i].center(span))
@@ -107,9 +138,9 @@ class Table:
             self._print(("#" + " ".join(cells)[1:]).rstrip())
 
     def row(self, res: Result, r: Row) -> None:
-        alg = f"auto:{r.algorithm}" if r.auto else r.algorithm
         cells = [str(r.bytes).rjust(12), str(r.count).rjust(12), res.dtype.rjust(10),
-                 res.op.rjust(6), str(res.root).rjust(5), alg.rjust(self.alg_width)]
+                 res.op.rjust(6), str(res.root).rjust(5),
+                 algorithm_label(r).rjust(self.alg_width)]
         cells += _timing(r.time_us, r.algbw, r.busbw, r.wrong)
         if r.inplace == "none":
             cells += [NA.rjust(w) for _, _, w in _TIMING]
@@ -119,6 +150,8 @@ class Table:
         cells += [_fmt(r.mpi_time_us, "11.2f").rjust(11),
                   _fmt(r.mpi_busbw, "10.3f").rjust(10), _fmt(r.ratio, "7.2f").rjust(7),
                   _fmt(r.pct_copy, "6.1f").rjust(6)]
+        if self.over_best:
+            cells.append(_fmt(r.over_best, f"{OVER_BEST_WIDTH}.2f").rjust(OVER_BEST_WIDTH))
         self._print(" ".join(cells))
 
     def closing(self, res: Result) -> None:

@@ -32,7 +32,9 @@ class Row:
     lists hold each round's (the slowest rank's mean per call), ``ratios``
     each round's MPI time over our out-of-place time, and ``ratio`` their
     median.  ``pct_copy`` is the median over rounds of busbw as a percentage
-    of the round's copy bandwidth.
+    of the round's copy bandwidth.  ``auto`` rows time the library's default:
+    ``algorithm`` is what it chose (asked after the size's rounds) and
+    ``source`` where the choice came from.
     """
 
     bytes: int
@@ -61,6 +63,14 @@ class Row:
     copy_times_us: Optional[list[float]]
     copy_gbps: Optional[float]
     pct_copy: Optional[float]
+    # the default's rows: where its choice came from (comm.choose_algorithm's
+    # .source: "table", "tuning" or "adapted"; None where the library does not say)
+    source: Optional[str] = None
+    # with several algorithms (--algorithm all): the median over the rounds
+    # of this row's out-of-place time / the fastest named algorithm's, and
+    # each round's such ratio
+    over_best: Optional[float] = None
+    over_best_ratios: Optional[list[float]] = None
 
     def as_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -107,9 +117,16 @@ def mpi_supported(fn: Optional[Call], mpicomm) -> bool:
     return bool(mpicomm.allreduce(ok, op=MPI.MIN))
 
 
-def auto_name(case: Case) -> str:
-    """The algorithm the library picks by default for ``case`` ("?" if unknown)."""
-    return case.comm.choose_algorithm(case.name, case.choose_nbytes())
+def auto_choice(case: Case, alloc: str = "numpy") -> str:
+    """The algorithm the library picks by default for ``case`` on its buffers
+    (``alloc`` "comm": communicator-allocated ones); the ``str`` that
+    ``comm.choose_algorithm`` returns, whose ``source`` says where the choice
+    came from."""
+    kind = "allocated" if alloc == "comm" else None
+    try:
+        return case.comm.choose_algorithm(case.name, case.choose_nbytes(), kind=kind)
+    except TypeError:  # a library whose choice does not depend on the kind of array
+        return case.comm.choose_algorithm(case.name, case.choose_nbytes())
 
 
 def effective_sizes(name: str, sizes: list[int], n: int, dtype: np.dtype) -> list[int]:
@@ -150,15 +167,31 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
         if cfn is not None:
             calls["copy"] = cfn
         timed = clock.interleaved(calls, s)
+        best = _fastest(timed, s.algorithms)
         for alg in s.algorithms:
             out = timed["out", alg]
             inp = out if case.in_place == "same" else timed.get(("in", alg))
             wrong = _checked(clock, case, calls["out", alg], False, s)
             iwrong = wrong if case.in_place == "same" else \
                 _checked(clock, case, calls["in", alg], True, s) if inp is not None else None
-            yield _row(case, alg, (out, wrong), (inp, iwrong) if inp is not None else None,
-                       timed.get("mpi"), timed.get("copy"), s.repeat)
+            row = _row(case, alg, (out, wrong), (inp, iwrong) if inp is not None else None,
+                       timed.get("mpi"), timed.get("copy"), s.repeat,
+                       auto_choice(case, s.alloc) if alg is None else None)
+            if best is not None:
+                row.over_best_ratios = [t / b for t, b in zip(out.seconds, best)]
+                row.over_best = float(statistics.median(row.over_best_ratios))
+            yield row
         del case, calls
+
+
+def _fastest(timed: dict, algorithms: list[Optional[str]]) -> Optional[list[float]]:
+    """Round by round, the fastest named algorithm's out-of-place time, where
+    ``algorithms`` holds more than one call (the default counts as one, not
+    as a named algorithm); None otherwise."""
+    named = [a for a in algorithms if a is not None]
+    if len(algorithms) < 2 or not named:
+        return None
+    return [min(rounds) for rounds in zip(*(timed["out", a].seconds for a in named))]
 
 
 def _checked(clock: Clock, case: Case, fn: Call, in_place: bool, s: Settings
@@ -181,7 +214,8 @@ def _us(t: Series) -> list[float]:
 
 def _row(case: Case, alg: Optional[str], out: tuple[Series, Optional[int]],
          inp: Optional[tuple[Series, Optional[int]]], mpi_t: Optional[Series],
-         copy_t: Optional[Series], repeat: int) -> Row:
+         copy_t: Optional[Series], repeat: int, choice: Optional[str] = None) -> Row:
+    """``alg`` None: the default's row, ``choice`` what it chose."""
     factor = case.factor()
 
     def bw(seconds: float) -> float:  # algbw, GB/s
@@ -207,7 +241,8 @@ def _row(case: Case, alg: Optional[str], out: tuple[Series, Optional[int]],
         cp = {"copy_times_us": _us(copy_t), "copy_gbps": bw(copy_t.median),
               "pct_copy": 100 * factor * float(statistics.median(ratios(copy_t, t)))}
     return Row(bytes=case.nbytes, count=case.count,
-               algorithm=alg if alg is not None else auto_name(case), auto=alg is None,
+               algorithm=alg if alg is not None else str(choice), auto=alg is None,
                iters=t.iters, time_us=t.median * 1e6, algbw=bw(t.median),
                busbw=bw(t.median) * factor, wrong=wrong, inplace=case.in_place, **ip, **mp,
-               repeat=repeat, times_us=_us(t), **cp)
+               repeat=repeat, times_us=_us(t), **cp,
+               source=getattr(choice, "source", None) if alg is None else None)

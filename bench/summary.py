@@ -2,6 +2,7 @@
 
     python -m bench.summary FILE.json [FILE.json ...] [--sizes 8,4K,2M,16M]
     python -m bench.summary --across FILE.json [FILE.json ...] [--sizes ...]
+    python -m bench.summary --defaults FILE.json [FILE.json ...] [--sizes ...]
 
 One table per file: a row per collective and size with our time and busbw
 out of place and in place (``n/a`` for a call without an in-place form,
@@ -20,6 +21,17 @@ the jobs of each job's ratio, with the lowest and highest and the number of
 jobs.  A machine whose speed changes from one job to the next (or whose
 baseline runs in a fast or a slow mode a job, as MPICH's copies do here)
 moves a single job's ratio; the median over jobs is the figure to quote.
+
+``--defaults`` reads files of ``--algorithm all`` runs (a row for the
+library's default and one per algorithm, timed in the same rounds) and
+prints one table per rank count, transport and allocation: per collective
+and size, the default's algorithm and where its choice came from, its
+``÷best`` (its time over the fastest algorithm's, round by round, the
+median), its ratio to the baseline, the fastest algorithm (lowest median
+time) and its ratio; over several files (repeated jobs) each figure is the
+median of the jobs'.  How far the default is from the best this machine
+offers, and what each gives against the baseline: the table a release note
+quotes.
 """
 from __future__ import annotations
 
@@ -36,6 +48,14 @@ def _rows(results: Iterable[dict], sizes: set[int] | None):
         for row in res["rows"]:
             if sizes is None or row["bytes"] in sizes or res["collective"] == "barrier":
                 yield res, row
+
+
+def _label(r: dict) -> str:
+    """A row's algorithm: ``auto:X(source)`` for the default's (as the benchmark prints it)."""
+    alg = r.get("algorithm", "")
+    if not r.get("auto"):
+        return alg
+    return f"auto:{alg}" + (f"({r['source']})" if r.get("source") else "")
 
 
 def table(results: list[dict], sizes: set[int] | None) -> str:
@@ -55,7 +75,7 @@ def table(results: list[dict], sizes: set[int] | None) -> str:
             ip = "n/a | n/a"
         else:
             ip = f"{f(r.get('inplace_time_us'), '.1f')} | {f(r.get('inplace_busbw'), '.3f')}"
-        lines.append(f"| {res['collective']} | {r['bytes']} | {r.get('algorithm', '')} | "
+        lines.append(f"| {res['collective']} | {r['bytes']} | {_label(r)} | "
                      f"{f(r['time_us'], '.1f')} | {f(r['busbw'], '.3f')} | {ip} | "
                      f"{f(r['mpi_time_us'], '.1f')} | {f(r['mpi_busbw'], '.3f')} | "
                      f"{f(r['ratio'], '.2f')} | {f(r.get('pct_copy'), '.1f')} |")
@@ -104,6 +124,65 @@ def across(jobs: list[list[dict]], sizes: set[int] | None) -> str:
     return "\n".join(out)
 
 
+def _median(values: list) -> str:
+    got = [x for x in values if x is not None]
+    return f"{statistics.median(got):.2f}" if got else "-"
+
+
+def _names(names: list[str]) -> str:
+    return "/".join(sorted(set(names)))
+
+
+def defaults(jobs: list[list[dict]], sizes: set[int] | None) -> str:
+    """Per (N, transport, alloc), per collective and size, the default against
+    the fastest algorithm and both against the baseline, from ``jobs`` (each
+    a file's results) of ``--algorithm all`` runs; sizes without both a
+    default row and a named algorithm's are left out."""
+    cells: dict[tuple, dict[tuple, list[dict]]] = {}
+    baselines: dict[tuple, set] = {}
+    for results in jobs:
+        by_size: dict[tuple, list[dict]] = {}
+        keys: dict[tuple, tuple] = {}
+        for res, r in _rows(results, sizes):
+            cell = (res["collective"], r["bytes"])
+            key = (res["n"], res["transport"], res.get("alloc", "numpy"))
+            by_size.setdefault(key + cell, []).append(r)
+            keys[key + cell] = key
+            baselines.setdefault(key, set()).add(res.get("baseline", "MPI"))
+        for full, rows in by_size.items():
+            auto = [r for r in rows if r.get("auto")]
+            named = [r for r in rows if not r.get("auto")]
+            if not auto or not named:
+                continue
+            d, fastest = auto[0], min(named, key=lambda r: r["time_us"])
+            source = d.get("source")
+            cells.setdefault(keys[full], {}).setdefault(full[3:], []).append({
+                "default": d["algorithm"] + (f" ({source})" if source else ""),
+                "over_best": d.get("over_best"), "ratio": d.get("ratio"),
+                "best": fastest["algorithm"], "best_ratio": fastest.get("ratio")})
+    if not cells:
+        return ("no size with both a default row and named algorithms' rows "
+                "(python -m bench ... --algorithm all --json FILE)\n")
+    out = []
+    for key, table_cells in sorted(cells.items()):
+        n, transport, alloc = key
+        base = "/".join(sorted(baselines[key]))
+        out.append(f"N = {n}, transport {transport}, {alloc} arrays: the default against the "
+                   f"fastest algorithm; ratio = {base} time / ours (> 1: ours faster); "
+                   "medians over the jobs\n")
+        out.append("| collective | size | default | default \u00f7 best | default ratio "
+                   "| best | best ratio | jobs |")
+        out.append("|---|---:|---|---:|---:|---|---:|---:|")
+        for (coll, b), got in table_cells.items():
+            out.append(f"| {coll} | {_size(b)} | {_names([g['default'] for g in got])} | "
+                       f"{_median([g['over_best'] for g in got])} | "
+                       f"{_median([g['ratio'] for g in got])} | "
+                       f"{_names([g['best'] for g in got])} | "
+                       f"{_median([g['best_ratio'] for g in got])} | {len(got)} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def _load(path: str) -> list[dict]:
     with open(path) as fh:
         data = json.load(fh)
@@ -114,12 +193,19 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.summary")
     p.add_argument("files", nargs="+")
     p.add_argument("--sizes", help="comma-separated sizes to keep (K/M/G suffixes)")
-    p.add_argument("--across", action="store_true",
-                   help="one table of ratios: the median over the files (repeated jobs)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--across", action="store_true",
+                      help="one table of ratios: the median over the files (repeated jobs)")
+    mode.add_argument("--defaults", action="store_true",
+                      help="from --algorithm all runs: the default's algorithm, its time over "
+                           "the fastest algorithm's, and both against the baseline")
     a = p.parse_args(argv)
     sizes = {parse_size(s) for s in a.sizes.split(",")} if a.sizes else None
     if a.across:
         print(across([_load(path) for path in a.files], sizes))
+        return
+    if a.defaults:
+        print(defaults([_load(path) for path in a.files], sizes))
         return
     for path in a.files:
         print(table(_load(path), sizes))

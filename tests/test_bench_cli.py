@@ -222,12 +222,14 @@ def test_all_collectives_three_ranks(tmp_path):
 
 
 def test_two_rounds_and_two_algorithms(tmp_path):
-    """--repeat 2 with two algorithms: two figures of each call a row, one MPI
-    series timed in the same rounds for both rows, the ratio the mean of the
-    two rounds' ratios (the median of two)."""
+    """--repeat 2 with --algorithm all: per size the default's row first, then
+    one per algorithm; two figures of each call a row, one MPI series timed
+    in the same rounds for every row, the ratio the mean of the two rounds'
+    ratios (the median of two); ÷best each round's time over the fastest
+    named algorithm's in that round, the median of those."""
     out = tmp_path / "ar.json"
-    _bench(2, "all_reduce", "-b", "4K", "-e", "64K", "-f", "16", "-n", "5", "-w", "1",
-           "--repeat", "2", "--algorithm", "all", "--check", "--json", str(out))
+    p = _bench(2, "all_reduce", "-b", "4K", "-e", "64K", "-f", "16", "-n", "5", "-w", "1",
+               "--repeat", "2", "--algorithm", "all", "--check", "--json", str(out))
     res = json.loads(out.read_text())
     _check_result(res, "all_reduce", 2)
     assert res["repeat"] == 2
@@ -237,8 +239,64 @@ def test_two_rounds_and_two_algorithms(tmp_path):
         assert r["ratio"] == pytest.approx(sum(r["ratios"]) / 2), r
         by_size.setdefault(r["bytes"], []).append(r)
     for rows in by_size.values():
-        assert len(rows) > 1 and len({tuple(r["mpi_times_us"]) for r in rows}) == 1, rows
+        assert len(rows) > 2 and len({tuple(r["mpi_times_us"]) for r in rows}) == 1, rows
         assert len({tuple(r["copy_times_us"]) for r in rows}) == 1, rows
+        default, named = rows[0], rows[1:]
+        assert default["auto"] and not any(r["auto"] for r in named), rows
+        assert default["algorithm"] in [r["algorithm"] for r in named], rows
+        assert default["source"] in (None, "table", "tuning", "adapted"), default
+        assert all(r["source"] is None for r in named), rows
+        fastest = [min(ts) for ts in zip(*(r["times_us"] for r in named))]
+        for r in rows:
+            want = [t / b for t, b in zip(r["times_us"], fastest)]
+            assert r["over_best_ratios"] == pytest.approx(want), r
+            assert r["over_best"] == pytest.approx(sum(want) / 2), r
+        # a named algorithm is never faster than the fastest of its round
+        assert all(x >= 1 for r in named for x in r["over_best_ratios"]), rows
+        assert min(x for r in named for x in r["over_best_ratios"]) == 1, rows
+    lines = p.stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if "out-of-place" in ln)
+    assert lines[head + 1].split()[-3:] == ["ratio", "%cpy", "\u00f7best"], lines[head + 1]
+    assert any(ln.startswith("# \u00f7best: median over rounds") for ln in lines), p.stdout
+    autos = [ln.split()[5] for ln in lines[head + 3:] if ln.split()[5:6] and
+             ln.split()[5].startswith("auto:")]
+    assert len(autos) == len(by_size), p.stdout
+    for label, rows in zip(autos, by_size.values()):
+        source = rows[0]["source"]
+        assert label == f"auto:{rows[0]['algorithm']}" + (f"({source})" if source else "")
+    md = summary.defaults([[res]], None)
+    assert md.count("\n| all_reduce |") == len(by_size), md
+
+
+def test_summary_defaults():
+    """--defaults: per (N, transport, alloc), per collective and size, the
+    default's algorithm and source, the median over the jobs of its ÷best
+    and ratio, the fastest named algorithm (lowest median time) and its
+    ratio; sizes without a default row or without named rows are left out."""
+    def row(b, alg, time_us, ratio, auto=False, over_best=None, source=None):
+        return {"bytes": b, "algorithm": alg, "auto": auto, "time_us": time_us,
+                "ratio": ratio, "over_best": over_best, "source": source}
+
+    def job(over_best, ratio, alloc="numpy"):
+        return [{"collective": "all_reduce", "n": 2, "transport": "shm", "alloc": alloc,
+                 "baseline": "MPI", "rows": [
+                     row(1 << 20, "direct", 9.0, ratio, True, over_best, "table"),
+                     row(1 << 20, "ring", 20.0, 0.5), row(1 << 20, "direct", 10.0, 1.0),
+                     row(1 << 20, "two_shot", 8.0, 1.25),
+                     row(4 << 20, "ring", 1.0, 1.0),                  # no default
+                     row(16 << 20, "ring", 1.0, 1.0, True, 1.0)]}]    # nothing named
+    md = summary.defaults([job(1.1, 1.0), job(1.3, 2.0), job(0.9, 3.0, alloc="comm")], None)
+    tables = md.split("N = ")[1:]
+    assert [t.splitlines()[0].split(":")[0] for t in tables] == [
+        "2, transport shm, comm arrays", "2, transport shm, numpy arrays"], md
+    assert "ratio = MPI time / ours" in tables[0], md
+    assert "| all_reduce | 1 MiB | direct (table) | 0.90 | 3.00 | two_shot | 1.25 | 1 |" \
+        in tables[0], md
+    assert "| all_reduce | 1 MiB | direct (table) | 1.20 | 1.50 | two_shot | 1.25 | 2 |" \
+        in tables[1], md
+    assert "4 MiB" not in md and "16 MiB" not in md, md
+    assert "no size" in summary.defaults([[{**job(1, 1)[0], "rows": [
+        row(1 << 20, "ring", 1.0, 1.0)]}]], None)
 
 
 def test_communicator_allocated_buffers(tmp_path):
