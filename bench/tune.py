@@ -56,8 +56,9 @@ from .cases import CASES, COLLECTIVES
 FORMAT = "collectives-tuning"
 VERSION = 1
 DEFAULT_SIZES = "1K,16K,256K,1M,4M,16M"
-# the defaults keep a run at N = 2 or 4 on a 2-core machine within about
-# two minutes: per algorithm and size, 3 rounds of at least 3 calls each
+# with the defaults a run at N = 2 or 4 takes 70-80 s on the 2-core development
+# machine (docs/performance.md): per algorithm and size, 3 rounds of at least
+# 3 calls each, about 0.2 s of timed calls in all
 DEFAULT_REPEAT = 3
 DEFAULT_BUDGET = 0.2  # seconds of timed calls per algorithm and size, all rounds together
 WARMUP = 2             # untimed calls per algorithm and size (the first one also estimates)
