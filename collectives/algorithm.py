@@ -26,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from . import selection
+
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
@@ -76,14 +78,13 @@ class Algorithm:
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """A collective's algorithms in table order, the one it runs alone (on a
-    communicator of one rank), and the default chooser:
-    ``choose(nbytes, size, shared, one_copy) -> name``."""
+    """A collective's algorithms in table order, and the one it runs alone (on
+    a communicator of one rank).  Which one a call runs by default is
+    collectives/selection.py's."""
 
     call: str
     algorithms: tuple[Algorithm, ...]
     alone: Callable
-    choose: Callable
     _by_name: dict = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -103,9 +104,10 @@ class Family:
             self[name].run(ep, *args)
 
     def run_chosen(self, nbytes: int, ep, *args, shared: bool = False) -> None:
-        """The algorithm the chooser picks for ``nbytes`` on ``ep`` (staged
-        where ``shared``, else for messages; never a one-copy one)."""
-        self.run(self.choose(nbytes, ep.size, shared), ep, *args)
+        """The algorithm the selection table picks for ``nbytes`` on ``ep``
+        (staged where ``shared``, else for messages; never a one-copy one):
+        what a hierarchical or one_copy_or_staged algorithm runs on a part."""
+        self.run(selection.choose(self.call, nbytes, ep.size, shared), ep, *args)
 
     def extended(self, more: tuple[Algorithm, ...]) -> "Family":
         """This family with ``more`` algorithms after its own."""

@@ -85,30 +85,6 @@ def one_copy_or_staged(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
                       lambda: FAMILY.run_chosen(x.nbytes, ep, x, out, shared=True))
 
 
-# one_copy (N = 2) or one_copy_or_staged (N > 2) where the N blocks add up to
-# this many bytes; at N = 2 one_copy_or_staged from ONE_COPY_OR_STAGED_TWO_BYTES
-# (docs/performance.md)
-ONE_COPY_OUTPUT_BYTES = 16 << 20
-ONE_COPY_OR_STAGED_TWO_BYTES = 2 << 20
-
-
-def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    """One round through the exchange buffers while a block fits them; then the
-    ring (Bruck's fewer rounds lose to direct below and to the ring's single
-    copy per block above).  Through shared memory, direct at every size (it
-    needs no context switch per step; at N = 2 its half-megabyte rounds beat
-    the ring from 64 KiB to 8 MiB, docs/performance.md); where the peers read
-    each other's memory, once the output outgrows the caches: one copy at
-    N = 2, and from 3 ranks ``one_copy_or_staged`` (direct's half-megabyte rounds beat
-    process_vm_readv there at every size measured; the mappings of
-    communicator-allocated arrays beat both)."""
-    if one_copy and size * nbytes >= ONE_COPY_OUTPUT_BYTES:
-        return "one_copy" if size == 2 else "one_copy_or_staged"
-    if one_copy and size == 2 and size * nbytes >= ONE_COPY_OR_STAGED_TWO_BYTES:
-        return "one_copy_or_staged"  # direct on plain arrays, with one publication more
-    return "direct" if nbytes <= 32 * 1024 or shared else "ring"
-
-
 def alone(x: np.ndarray, out: np.ndarray) -> None:
     _own(x, out, 0)
 
@@ -119,4 +95,4 @@ FAMILY = Family("all_gather", (
     Algorithm("direct", direct),
     Algorithm("one_copy", one_copy, needs_one_copy=True),
     Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
-), alone, choose)
+), alone)

@@ -28,7 +28,7 @@ from . import ring as _ring
 from . import streaming
 from .algorithm import Algorithm, Family
 from .halving import halving
-from .one_copy import ONE_COPY_OR_STAGED_BYTES, read_all, reduce_piece, regions_or_staged
+from .one_copy import read_all, reduce_piece, regions_or_staged
 from .ops import in_rank_order
 from .ranks import Fold, block_bounds, chunks, peer_index, round_bytes
 
@@ -200,28 +200,10 @@ def one_copy_or_staged(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> No
     array (``comm.empty``/``zeros``): the peers reduce it straight from their
     mappings of it, and gather the reduced pieces from the owners' ``buf``
     (from their mappings too where those are such arrays).  Otherwise the
-    staged algorithm that ``choose`` takes without one-copy.  The first
+    staged algorithm that the selection table takes without one-copy.  The first
     publication decides, and every rank decides alike (one_copy.py)."""
     regions_or_staged(ep, src, lambda rem: _one_copy(ep, rem, buf, op, src),
                       lambda: FAMILY.run_chosen(buf.nbytes, ep, src, buf, op, shared=True))
-
-
-def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    """Latency-bound sizes take the fewest rounds; large ones the fewest bytes.
-    Switch points from docs/performance.md's sweeps."""
-    if nbytes <= 32 * 1024:  # one round through the exchange buffers
-        return "direct"
-    if shared:  # the staged algorithms: one exchange per round, no messages
-        if one_copy and nbytes >= ONE_COPY_OR_STAGED_BYTES:
-            return "one_copy_or_staged"
-        if nbytes <= 256 * 1024 or (size == 2 and nbytes >= 16 << 20):
-            return "direct"
-        return "two_shot"
-    if nbytes <= 128 * 1024:
-        return "recursive_doubling"
-    if nbytes <= 512 * 1024 and size & (size - 1) == 0:
-        return "halving_doubling"
-    return "ring"
 
 
 def alone(src: np.ndarray, out: np.ndarray, op) -> None:
@@ -239,4 +221,4 @@ FAMILY = Family("all_reduce", (
     Algorithm("two_shot", two_shot, needs_shared_exchange=True),
     Algorithm("one_copy", one_copy, needs_one_copy=True),
     Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
-), alone, choose)
+), alone)

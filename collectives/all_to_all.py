@@ -15,7 +15,7 @@ import numpy as np
 
 from transports import Endpoint
 
-from . import streaming
+from . import selection, streaming
 from .algorithm import Algorithm, Family
 from .one_copy import read_all, regions_or_staged
 from .ranks import chunks, peer_index, round_bytes
@@ -124,35 +124,17 @@ def one_copy_or_staged(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     (one_copy.py's ``regions_or_staged``: the first publication decides).
     At N = 2 ``direct``'s half-megabyte rounds beat process_vm_readv (4 and
     8 MiB: 175 and 495 us against 227 and 539, docs/performance.md) but
-    where huge pages back at least one_copy.HUGE_SHARE of every rank's
+    where huge pages back at least selection.HUGE_SHARE of every rank's
     ``x``: such sources read about three times faster (4 MiB: 140 us
     against 175, performance.md, "Huge pages")."""
     apart = not np.may_share_memory(out, x)
 
     def from_regions(rem):
         _one_copy(ep, rem, x, out)
-    cma = ep.size > 2 or ep.size * x.nbytes >= ONE_COPY_TOTAL_BYTES
+    cma = ep.size > 2 or ep.size * x.nbytes >= selection.ALL_TO_ALL_READ_TOTAL_BYTES
     regions_or_staged(ep, x if apart else None, from_regions,
                       lambda: FAMILY.run_chosen(x.nbytes, ep, x, out, shared=True),
                       plain=from_regions if cma else None, huge=from_regions)
-
-
-# one_copy_or_staged reads with process_vm_readv at N = 2 from N * S of this
-# many bytes, and is chosen from S of ONE_COPY_OR_STAGED_BYTES or N * S of
-# ONE_COPY_TOTAL_BYTES (docs/performance.md)
-ONE_COPY_TOTAL_BYTES = 32 << 20
-ONE_COPY_OR_STAGED_BYTES = 4 << 20
-
-
-def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    if one_copy and (nbytes >= ONE_COPY_OR_STAGED_BYTES or size * nbytes >= ONE_COPY_TOTAL_BYTES):
-        # on communicator-allocated arrays 1.5-1.7x MPICH at 4 MiB where
-        # direct gave 0.9-1.1x; on plain arrays one copy from the same
-        # publication (one_copy_or_staged's docstring; performance.md)
-        return "one_copy_or_staged"
-    if shared:  # measured: docs/performance.md
-        return "direct"
-    return "linear" if nbytes <= 4 * 1024 else "pairwise"
 
 
 def alone(x: np.ndarray, out: np.ndarray) -> None:
@@ -166,4 +148,4 @@ FAMILY = Family("all_to_all", (
     Algorithm("direct", direct),
     Algorithm("one_copy", one_copy, needs_one_copy=True),
     Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
-), alone, choose)
+), alone)

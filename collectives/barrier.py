@@ -28,10 +28,6 @@ def direct(ep: Endpoint) -> None:
     ep.exchange(_EMPTY)
 
 
-def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    return "direct" if size <= 16 else "dissemination"
-
-
 def alone() -> None:
     """One rank: it has arrived."""
 
@@ -39,4 +35,4 @@ def alone() -> None:
 FAMILY = Family("barrier", (
     Algorithm("dissemination", dissemination),
     Algorithm("direct", direct),
-), alone, choose)
+), alone)

@@ -19,7 +19,7 @@ import numpy as np
 from transports import Endpoint
 
 from . import ring as _ring
-from . import streaming
+from . import selection, streaming
 from .algorithm import Algorithm, Family
 from .one_copy import regions_or_staged
 from .ranks import absolute, block_bounds, chunks, rel
@@ -106,13 +106,11 @@ def one_copy(ep: Endpoint, buf: np.ndarray, root: int) -> None:
 def read_share(nbytes: int, n: int) -> int:
     """The leading bytes of a broadcast of ``nbytes`` that every non-root
     reads (the rest root writes): (N-1)/N of them, to a whole page; all of
-    them below WRITE_FROM_BYTES."""
-    if nbytes < WRITE_FROM_BYTES:
+    them below selection.WRITE_FROM_BYTES."""
+    if nbytes < selection.WRITE_FROM_BYTES:
         return nbytes
     return min(nbytes, -(-(nbytes * (n - 1) // n) // 4096) * 4096)
 
-
-WRITE_FROM_BYTES = 256 * 1024
 
 
 def _read_root(ep: Endpoint, rem, buf: np.ndarray, root: int) -> None:
@@ -133,23 +131,6 @@ def one_copy_or_staged(ep: Endpoint, buf: np.ndarray, root: int) -> None:
                       only=root)
 
 
-# one_copy from N * S of this many bytes, and at N = 2 from S of TWO_BYTES,
-# where root's share of the copying halves the peer's (docs/performance.md)
-ONE_COPY_TOTAL_BYTES = 32 << 20
-ONE_COPY_TWO_BYTES = 4 << 20
-
-
-def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    if one_copy and (size * nbytes >= ONE_COPY_TOTAL_BYTES
-                     or (size == 2 and nbytes >= ONE_COPY_TWO_BYTES)):
-        return "one_copy"
-    if shared:
-        return "direct"
-    if nbytes <= 64 * 1024 or size <= 2:
-        return "binomial"
-    return "scatter_allgather"
-
-
 def alone(buf: np.ndarray, root: int) -> None:
     """One rank: root's buf is already where it goes."""
 
@@ -161,4 +142,4 @@ FAMILY = Family("broadcast", (
     Algorithm("direct", direct),
     Algorithm("one_copy", one_copy, needs_one_copy=True),
     Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
-), alone, choose)
+), alone)

@@ -11,21 +11,23 @@ from transports.base import UNCHECKED, broken_error
 from transports.errors import describe
 
 from . import arguments as args
-from . import debug, regions, runtime
+from . import debug, regions, runtime, selection
 from . import validate as v
 from .debug import CollectiveMismatch
-from .families import FAMILIES, choose, offered
+from . import tuning as tuning_file
+from .adapt import Choice, Chooser
+from .families import FAMILIES, offered
 from .topology import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
-from .small import SMALL_ALL_REDUCE_BYTES, SmallAllReduce, plain_out
+from .small import SmallAllReduce, plain_out
 from .traffic import Traffic
 from .work import Executor, Work
 
 
 def init(transport: str = "auto", timeout: float | None = None,
-         debug: bool | None = None) -> "Communicator":
+         debug: bool | None = None, tuning=None) -> "Communicator":
     """Join the job launched by mpiexec and connect all its ranks.
 
     ``transport``: "auto", "shm", "mpi", "cuda" or "hier" (docs/api.md,
@@ -37,11 +39,15 @@ def init(transport: str = "auto", timeout: float | None = None,
     for its peers without progress before CollectiveTimeout (default
     $COLLECTIVES_TIMEOUT, else 300).  ``debug``: check before every
     collective that all ranks called the same thing (default
-    $COLLECTIVES_DEBUG=1; collectives/debug.py).
+    $COLLECTIVES_DEBUG=1; collectives/debug.py).  ``tuning``: a tuning file
+    written by ``python -m bench tune`` (default $COLLECTIVES_TUNING;
+    collectives/tuning.py): its choices take precedence over the built-in
+    selection table where it was made for this job's ranks and hosts.
     """
     if transport not in KINDS:
         raise ValueError(f"init: transport must be one of {KINDS}, got {transport!r}")
     timeout, debug = runtime.settings(timeout, debug)
+    tuned = runtime.tuning(tuning)  # a malformed file fails here, before any connection
     from mpi4py import MPI
     runtime.abort_on_uncaught(MPI)
     mpicomm = MPI.COMM_WORLD.Dup()
@@ -50,7 +56,7 @@ def init(transport: str = "auto", timeout: float | None = None,
     except BaseException:
         mpicomm.Free()
         raise
-    return Communicator(mpicomm, t, debug)
+    return Communicator(mpicomm, t, debug, tuned, warn=True)
 
 
 class Communicator(HostsInfo):
@@ -62,7 +68,8 @@ class Communicator(HostsInfo):
     collective takes ``async_op`` and ``algorithm``; see docs/api.md.
     """
 
-    def __init__(self, mpicomm, transport: Transport, debug: bool = False):
+    def __init__(self, mpicomm, transport: Transport, debug: bool = False, tuning=None,
+                 warn: bool = False):
         self._debug = debug
         self._mpi = mpicomm
         self._t = transport
@@ -80,8 +87,18 @@ class Communicator(HostsInfo):
         self._one_copy = caps.one_copy
         # call -> the algorithms offered here, by name (families.offered)
         self._tables = offered(caps, self._hosts)
+        # the default choices: the selection table, a tuning file, adaptation
+        hosts = transport.hosts
+        layout = tuple(hosts.host_of.count(h) for h in range(hosts.hosts))
+        self._tuning = tuning
+        fits = tuning_file.fitting(tuning, self.size, layout, transport.name,
+                                   warn and self.rank == 0)
+        where = selection.Where(self.size, self._shared, self._one_copy, caps.hier,
+                                hosts.equal, hosts.local_size)
+        self._choose = Chooser(where, self._tables, fits, runtime.adapting(fits))
+        self._uncounted = Traffic()  # the agreements of adaptation (adapt.py)
         # all_reduce of up to this many bytes skips the scheduling (see there)
-        self._small = SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
+        self._small = selection.SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
             else 0
         # (op, dtype) -> (ufunc, avg, ieee) for the pairs all_reduce has checked
         self._small_ok: dict = {}
@@ -100,7 +117,7 @@ class Communicator(HostsInfo):
 
     @property
     def traffic(self) -> Traffic:
-        return Traffic.of(self._t)
+        return Traffic.of(self._t) - self._uncounted
 
     def algorithms(self, name: str) -> list[str]:
         """The names that ``algorithm=`` accepts for collective ``name`` on this
@@ -108,15 +125,22 @@ class Communicator(HostsInfo):
         (``transports.base.Capabilities``; docs/algorithms.md)."""
         return list(self._family("algorithms", name))
 
-    def choose_algorithm(self, name: str, nbytes: int) -> str:
+    def choose_algorithm(self, name: str, nbytes: int, kind: str | None = None) -> Choice:
         """The algorithm that ``algorithm=None`` picks for ``name`` on a message of
         ``nbytes`` (the input's nbytes: x for most calls, buf for broadcast,
-        one block for gather and scatter) on this communicator."""
+        one block for gather and scatter) on arrays of ``kind`` ("plain",
+        "allocated": from ``comm.empty``/``zeros``, "device": CuPy's; default
+        plain) on this communicator: a str whose ``source`` says where the
+        choice came from ("table", "tuning" or "adapted"; collectives/adapt.py)."""
         self._family("choose_algorithm", name)
         nbytes = v.integer("choose_algorithm", "nbytes", nbytes)
         if nbytes < 0:
             raise ValueError(f"choose_algorithm: nbytes must be >= 0, got {nbytes}")
-        return choose(name, nbytes, self.size, self._shared, self._one_copy, self._hosts)
+        kind = "plain" if kind is None else kind
+        if kind not in selection.KINDS:
+            raise ValueError(f"choose_algorithm: kind must be one of {selection.KINDS}, "
+                             f"got {kind!r}")
+        return self._choose.current(name, nbytes, kind)
 
     def _family(self, call: str, name: str) -> dict:
         """The algorithms offered here for collective ``name`` (``call``: the
@@ -135,21 +159,45 @@ class Communicator(HostsInfo):
         if self._closed:
             raise ValueError(f"{call}: the communicator is closed")
 
-    def _pick(self, call: str, algorithm, nbytes: int) -> tuple[str, Callable]:
-        """The algorithm ``call`` runs: its name (for the debug signature) and
-        ``run(ep, *args)`` (collectives/algorithm.py: one shape per family; a
-        communicator of one rank runs the family's ``alone``)."""
+    def _pick(self, call: str, algorithm, nbytes: int, a=None) -> tuple[str | None, Callable]:
+        """The algorithm ``call`` runs: its name (for the debug signature; None
+        for the default) and ``run(ep, *args)`` (collectives/algorithm.py: one
+        shape per family; a communicator of one rank runs the family's
+        ``alone``).  The default is chosen when the call runs, in order
+        (adapt.py); ``a``: the array whose kind it takes into account."""
         family = FAMILIES[call]
-        name = v.algorithm(call, algorithm, self._tables[call], family) or \
-            choose(call, nbytes, self.size, self._shared, self._one_copy, self._hosts)
+        name = v.algorithm(call, algorithm, self._tables[call], family)
         if nbytes == 0 and call != "barrier":
             # an empty call moves nothing, but its ranks meet in a barrier
             # (with call size 0): a rank whose peers pass elements raises with
             # them, as for any other difference in size, instead of returning
             bar = FAMILIES["barrier"]
-            meet = choose("barrier", 0, self.size, self._shared, self._one_copy, self._hosts)
+            meet = self._choose.base("barrier", 0)
             return name, lambda ep, *args: bar.run(meet, ep)
-        return name, lambda ep, *args: family.run(name, ep, *args)
+        if name is not None:
+            return name, lambda ep, *args: family.run(name, ep, *args)
+        kind = self._kind(a)
+        choose = self._choose
+        return None, lambda ep, *args: choose.run(call, nbytes, kind, ep, args, self._agree)
+
+    def _kind(self, a) -> str:
+        """The array kind of ``a`` (selection.KINDS)."""
+        if a is None:
+            return "plain"
+        if self._on_device(a):
+            return "device"
+        regions = self._t.regions
+        if regions is not None and regions.locate(a) is not None:
+            return "allocated"
+        return "plain"
+
+    def _agree(self, ep, vec: np.ndarray) -> None:
+        """The all-reduce (max, in place) by which adaptation's ranks agree
+        (adapt.py), left out of the traffic counters."""
+        before = Traffic.of(self._t)
+        alg = selection.choose("all_reduce", vec.nbytes, self.size, self._shared)
+        FAMILIES["all_reduce"].run(alg, ep, vec, vec, REDUCERS[Op.MAX])
+        self._uncounted += Traffic.of(self._t) - before
 
     def _on_device(self, a) -> bool:
         """Whether ``a`` (a checked array) is a CuPy array."""
@@ -232,7 +280,7 @@ class Communicator(HostsInfo):
         self._open(c)
         v.array(c, "buf", buf, writable=True, device=self._device)
         root = v.rank(c, "root", root, self.size)
-        name, alg = self._pick(c, algorithm, buf.nbytes)
+        name, alg = self._pick(c, algorithm, buf.nbytes, buf)
         flat = buf.reshape(-1)
 
         return self._move(c, alg, (flat, root), buf, async_op,
@@ -245,7 +293,7 @@ class Communicator(HostsInfo):
         c = "scatter"
         self._open(c)
         root, xf = args.scatter(x, out, root, *self._where)
-        name, alg = self._pick(c, algorithm, out.nbytes)
+        name, alg = self._pick(c, algorithm, out.nbytes, out)
         return self._move(c, alg, (xf, out.reshape(-1), root), out, async_op,
                           (out.size, out.dtype, None, root, name), out)
 
@@ -256,7 +304,7 @@ class Communicator(HostsInfo):
         c = "gather"
         self._open(c)
         root, out = args.gather(x, out, root, *self._where)
-        name, alg = self._pick(c, algorithm, x.nbytes)
+        name, alg = self._pick(c, algorithm, x.nbytes, x)
         of = None if out is None else out.reshape(-1)
         return self._move(c, alg, (x.reshape(-1), of, root), out, async_op,
                           (x.size, x.dtype, None, root, name), x)
@@ -274,7 +322,7 @@ class Communicator(HostsInfo):
             out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         else:
             out = None
-        name, alg = self._pick(c, algorithm, x.nbytes)
+        name, alg = self._pick(c, algorithm, x.nbytes, x)
         of = None if out is None else out.reshape(-1)
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
         uf = REDUCERS[o]
@@ -294,7 +342,7 @@ class Communicator(HostsInfo):
         self._open(c)
         v.array(c, "x", x, device=self._device)
         out = args.rows(c, x, out, *self._where)  # x may be out[rank] (in place)
-        name, alg = self._pick(c, algorithm, x.nbytes)
+        name, alg = self._pick(c, algorithm, x.nbytes, x)
         return self._move(c, alg, (x.reshape(-1), out.reshape(-1)), out, async_op,
                           (x.size, x.dtype, None, None, name), x)
 
@@ -307,7 +355,7 @@ class Communicator(HostsInfo):
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
         out = args.reduce_scatter_out(x, out, *self._where)  # out may be x[rank] (in place)
-        name, alg = self._pick(c, algorithm, x.nbytes)
+        name, alg = self._pick(c, algorithm, x.nbytes, x)
         xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
 
         def body(ep):
@@ -325,7 +373,7 @@ class Communicator(HostsInfo):
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
-        name, alg = self._pick(c, algorithm, x.nbytes)
+        name, alg = self._pick(c, algorithm, x.nbytes, x)
         of = out.reshape(-1)
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
         return self._move(c, alg, (xf, of), out, async_op,
@@ -358,7 +406,7 @@ class Communicator(HostsInfo):
         nb = x.nbytes
         if self._small and isinstance(x, np.ndarray):
             self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype))
-        name, alg = self._pick(c, algorithm, nb)
+        name, alg = self._pick(c, algorithm, nb, x)
         of, uf = out.reshape(-1), REDUCERS[o]
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
 
@@ -437,7 +485,7 @@ class Communicator(HostsInfo):
         except BaseException:
             sub.Free()
             raise
-        return Communicator(sub, t, self._debug)
+        return Communicator(sub, t, self._debug, self._tuning)
 
     def close(self) -> None:
         """Finish pending calls and release the transport; idempotent."""

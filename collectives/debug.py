@@ -33,14 +33,16 @@ class CollectiveMismatch(CollectiveError):
         self.fields = list(fields)
 
 
-def signature(call: str, seq: int, count: int, dtype, op, root, algorithm: str) -> np.ndarray:
+def signature(call: str, seq: int, count: int, dtype, op, root, algorithm: str | None
+              ) -> np.ndarray:
     """What this rank is about to run; calls and algorithms are numbered by
     their place in collectives/families.py, the same on every rank."""
     return np.array([CALLS.index(call), seq, count,
                      -1 if dtype is None else dtypes.index(np.dtype(dtype)),
                      -1 if op is None else _OPS.index(op),
                      -1 if root is None else root,
-                     _names(call).index(algorithm), 0], np.int64)
+                     -1 if algorithm is None else _names(call).index(algorithm), 0],
+                    np.int64)
 
 
 def _names(call: str) -> list[str]:
@@ -59,6 +61,8 @@ def describe(sig) -> str:
     names = _names(call)
     if 0 <= sig[6] < len(names):
         parts.append(f"algorithm={names[int(sig[6])]}")
+    elif sig[6] == -1:
+        parts.append("algorithm=default")
     return " ".join(parts)
 
 

@@ -38,15 +38,3 @@ def offered(caps, hosts=None) -> dict[str, dict[str, Algorithm]]:
     (``hosts``: the "hier" transport's layout)."""
     return {call: {a.name: a for a in f.algorithms if a.offered(caps, hosts)}
             for call, f in FAMILIES.items()}
-
-
-def choose(call: str, nbytes: int, size: int, shared: bool, one_copy: bool = False,
-           hosts=None) -> str:
-    """The algorithm ``algorithm=None`` picks: the hierarchical one on the
-    "hier" transport (``hosts``: its layout) where the call has one, else the
-    flat chooser's."""
-    if hosts is not None:
-        name = hierarchical.choose(call, nbytes, hosts)
-        if name is not None:
-            return name
-    return FAMILIES[call].choose(nbytes, size, shared, one_copy)

@@ -16,7 +16,7 @@ import numpy as np
 
 from transports import Endpoint
 
-from . import streaming
+from . import selection, streaming
 from .arrays import address, empty
 from .algorithm import Algorithm, Family
 from .ranks import absolute, rel
@@ -122,11 +122,11 @@ def gather_one_copy(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
     """Every other rank writes its ``x`` straight into its block of root's
     ``out`` while root copies its own: one copy per block, the N blocks
     copied at once (root reading them all would copy N-1 of them alone).
-    At N = 2, from blocks of SPLIT_BLOCK_BYTES, root then reads the last
+    At N = 2, from blocks of selection.SPLIT_BLOCK_BYTES, root then reads the last
     third of its peer's block itself (``_split``) while the peer writes the
     rest: its own copy alone is shorter than the peer's write."""
     n, m, me = ep.size, x.size, ep.rank
-    if n == 2 and x.nbytes >= SPLIT_BLOCK_BYTES:
+    if n == 2 and x.nbytes >= selection.SPLIT_BLOCK_BYTES:
         return _split(ep, x, out, root)
     rem = ep.expose(out if me == root else None)
     if me == root and not _is_block(out, root, x):
@@ -171,26 +171,6 @@ def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
     rem.finish(sent=(n - 1) * out.nbytes if me == root else 0)
 
 
-# one_copy where a block is this large, for gather and scatter alike (both
-# have every rank copy one block at once; docs/performance.md)
-ONE_COPY_BLOCK_BYTES = 2 << 20
-# gather's one_copy at N = 2 shares the peer's block with root from blocks
-# of this size (docs/performance.md, "Gather at N = 2: root reads a third")
-SPLIT_BLOCK_BYTES = 4 << 20
-
-
-def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    """Gather and scatter, by the block size: small blocks gain from fewer messages at
-    root; large ones, where the peers reach each other's memory, from one copy."""
-    if one_copy and nbytes >= ONE_COPY_BLOCK_BYTES:
-        return "one_copy"
-    return _by_block(nbytes)
-
-
-def _by_block(nbytes: int) -> str:
-    return "binomial" if nbytes <= 16 * 1024 else "linear"
-
-
 def gather_alone(x: np.ndarray, out, root: int) -> None:
     if not _is_block(out, 0, x):
         np.copyto(out, x)
@@ -205,9 +185,9 @@ GATHER = Family("gather", (
     Algorithm("binomial", gather_binomial),
     Algorithm("linear", gather_linear),
     Algorithm("one_copy", gather_one_copy, needs_one_copy=True),
-), gather_alone, choose)
+), gather_alone)
 SCATTER = Family("scatter", (
     Algorithm("binomial", scatter_binomial),
     Algorithm("linear", scatter_linear),
     Algorithm("one_copy", scatter_one_copy, needs_one_copy=True),
-), scatter_alone, choose)
+), scatter_alone)

@@ -4,20 +4,20 @@ Each runs on the collective endpoint of the "hier" transport
 (transports/hier.py), whose ``local`` part connects the ranks of this host
 (shared memory) and whose ``cross`` part connects the ranks with this rank's
 local rank, one per host (local rank 0's: the hosts' leaders).  Within a host
-each step runs the algorithm that the flat chooser picks on shared memory;
-between hosts, the one it picks for messages (or the ring, where the
-inter-host bytes below say so).
+each step runs the algorithm that the selection table (selection.py) picks
+for a flat communicator on shared memory; between hosts, the one it picks
+for messages (or the ring, where the inter-host bytes below say so).
 
 Inter-host bytes per rank, S = the call's message size as docs/algorithms.md
 defines it, H hosts, L ranks per host (L_h on host h), B one rank's
 block (N blocks in all):
   all_reduce hier_slices  2(H-1)/H * S/L sent and received by every rank
                           (equal hosts only)
-  all_reduce hier_mirror  every rank: the flat chooser's all-reduce among H
+  all_reduce hier_mirror  every rank: the table's flat all-reduce among H
                           ranks of S (equal hosts only)
-  all_reduce hier_leader  leaders: the flat chooser's all-reduce among H
+  all_reduce hier_leader  leaders: the table's flat all-reduce among H
                           ranks of S; the others 0
-  broadcast/reduce hier   leaders: the flat chooser's broadcast/reduce among
+  broadcast/reduce hier   leaders: the table's flat broadcast/reduce among
                           H ranks of S; the others 0
   all_gather hier         equal hosts: (H - 1) * B sent and received by every
                           rank; unequal: the leader of host h sends
@@ -46,13 +46,13 @@ from .ranks import block_bounds
 
 def _local(module, nbytes: int, ep):
     """Run on ``ep`` (a host's ranks) the algorithm of ``module``'s family that
-    the flat chooser picks on shared memory."""
+    the selection table picks for a flat communicator on shared memory."""
     return lambda *args: module.FAMILY.run_chosen(nbytes, ep, *args, shared=True)
 
 
 def _cross(module, nbytes: int, ep):
-    """Run on ``ep`` the algorithm of ``module``'s family that the flat
-    chooser picks on messages."""
+    """Run on ``ep`` the algorithm of ``module``'s family that the selection
+    table picks for a flat communicator on messages."""
     return lambda *args: module.FAMILY.run_chosen(nbytes, ep, *args)
 
 
@@ -282,21 +282,3 @@ ALGORITHMS: dict[str, tuple[Algorithm, ...]] = {
     "all_to_all": (_hier("hier", all_to_all),),
     "barrier": (_hier("hier", barrier),),
 }
-
-# all_reduce: the slices from this many bytes where hosts are of equal sizes
-SLICES_BYTES = 64 * 1024
-
-
-def choose(call: str, nbytes: int, hosts) -> str | None:
-    """The hierarchical algorithm ``algorithm=None`` picks on the "hier"
-    transport for ``call`` (None: the flat chooser's, for gather and scatter).
-    all_reduce on hosts of equal sizes: hier_mirror below SLICES_BYTES (two
-    steps; measured level with the flat mpi transport on an emulated 2 x 2 and
-    1.06-1.18x faster on 2 x 4 from 8 B to 4 KiB, where hier_leader's three
-    steps were 0.60-0.80x), hier_slices from there; on unequal hosts, or one
-    rank a host, hier_leader."""
-    if call == "all_reduce":
-        if not (hosts.equal and hosts.local_size > 1):
-            return "hier_leader"
-        return "hier_slices" if nbytes >= SLICES_BYTES else "hier_mirror"
-    return "hier" if call in ALGORITHMS else None

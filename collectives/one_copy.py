@@ -5,7 +5,7 @@ Each rank exposes its source where it lies (``Endpoint.expose``; on shm,
 transports/shm/one_copy.py) and every peer copies what it needs straight
 into its destination: one copy per byte where the staged algorithms make
 two.  They are offered only where the transport declares ``one_copy``
-(``Algorithm.offered``); the choosers take them from the sizes docs/performance.md
+(``Algorithm.offered``); the selection table takes them from the sizes docs/performance.md
 measured.  A reduction reads the peers' pieces a chunk at a time into a
 cache-sized scratch buffer (or from a mapping of the peer's memory, where
 the transport has one) and reduces them in rank order in one pass.
@@ -16,18 +16,10 @@ from typing import Callable
 
 import numpy as np
 
+from . import selection
 from .ops import in_rank_order
 
 CHUNK_BYTES = 256 * 1024  # of each peer's piece per step of a reduction
-# the choosers take ``one_copy_or_staged`` (all_reduce, reduce_scatter) from here where
-# one-copy is offered: on communicator-allocated arrays it reduces from the
-# peers' mappings (measured faster at 16 and 64 MiB: performance.md), on
-# others it costs one publication more than the staged choice
-ONE_COPY_OR_STAGED_BYTES = 16 << 20
-# regions_or_staged's ``huge``: from this share of every source on huge pages
-# (all_to_all at N = 2, 4 MiB: process_vm_readv from sources all, half and
-# not on huge pages 238, 321 and 393 us against the staged 285; performance.md)
-HUGE_SHARE = 0.75
 
 
 def regions_or_staged(ep, src: np.ndarray | None, in_regions: Callable, staged: Callable,
@@ -39,7 +31,7 @@ def regions_or_staged(ep, src: np.ndarray | None, in_regions: Callable, staged: 
     reads the peers' straight from this rank's mappings; else, where
     ``plain`` is given and every rank published a source, ``plain(rem)``
     reads them where they lie (process_vm_readv: one copy), and so does
-    ``huge(rem)`` where huge pages back at least HUGE_SHARE of every rank's
+    ``huge(rem)`` where huge pages back at least selection.HUGE_SHARE of every rank's
     source (``Remote.huge``: process_vm_readv reads those about three times
     faster); else, once every peer has seen the answer too, ``staged()``
     (the staged default), after a publication that moved nothing."""
@@ -48,7 +40,7 @@ def regions_or_staged(ep, src: np.ndarray | None, in_regions: Callable, staged: 
         in_regions(rem)
         return
     if only is None and rem.published(src):
-        if plain is None and huge is not None and rem.huge(HUGE_SHARE):
+        if plain is None and huge is not None and rem.huge(selection.HUGE_SHARE):
             plain = huge
         if plain is not None:
             plain(rem)

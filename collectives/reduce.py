@@ -91,12 +91,6 @@ def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int)
 
 
 
-def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    if shared:
-        return "direct"
-    return "binomial" if nbytes <= 64 * 1024 or size <= 2 else "reduce_scatter_gather"
-
-
 def alone(x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
     if out is not x:
         np.copyto(out, x)
@@ -107,4 +101,4 @@ FAMILY = Family("reduce", (
     Algorithm("reduce_scatter_gather", reduce_scatter_gather),
     Algorithm("direct", direct),
     Algorithm("one_copy", one_copy, needs_one_copy=True),
-), alone, choose)
+), alone)

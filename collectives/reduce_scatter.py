@@ -19,7 +19,7 @@ from transports import Endpoint
 from . import ring as _ring
 from .algorithm import Algorithm, Family
 from .halving import halving
-from .one_copy import ONE_COPY_OR_STAGED_BYTES, reduce_pieces, regions_or_staged
+from .one_copy import reduce_pieces, regions_or_staged
 from .ops import in_rank_order
 from .ranks import Fold, chunks, peer_index, round_bytes
 
@@ -98,14 +98,6 @@ def one_copy_or_staged(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None
                       lambda: FAMILY.run_chosen(x.nbytes, ep, x, out, op, shared=True))
 
 
-def choose(nbytes: int, size: int, shared: bool = False, one_copy: bool = False) -> str:
-    if shared:
-        if one_copy and nbytes >= ONE_COPY_OR_STAGED_BYTES:  # measured as all_reduce's
-            return "one_copy_or_staged"
-        return "direct"
-    return "recursive_halving" if nbytes <= 64 * 1024 else "ring"
-
-
 def alone(x: np.ndarray, out: np.ndarray, op) -> None:
     np.copyto(out, x)
 
@@ -116,4 +108,4 @@ FAMILY = Family("reduce_scatter", (
     Algorithm("direct", direct),
     Algorithm("one_copy", one_copy, needs_one_copy=True),
     Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),
-), alone, choose)
+), alone)

@@ -30,6 +30,25 @@ def settings(timeout: float | None, debug: bool | None) -> tuple[float, bool]:
     return float(timeout), bool(debug)
 
 
+def tuning(path):
+    """``init``'s tuning file, checked (collectives/tuning.py): ``path``
+    where given, else $COLLECTIVES_TUNING; None where neither is."""
+    from . import tuning as t
+    if path is None:
+        path = os.environ.get(t.ENV) or None
+    return None if path is None else t.load(path)
+
+
+def adapting(tuned) -> bool:
+    """Whether the default adapts at run time (collectives/adapt.py): on
+    unless $COLLECTIVES_ADAPT is 0, $COLLECTIVES_DETERMINISTIC is 1, or the
+    tuning file in use says ``"adapt": false``."""
+    from .adapt import ADAPT_ENV, DETERMINISTIC_ENV, flag
+    if flag(DETERMINISTIC_ENV, False) or not flag(ADAPT_ENV, True):
+        return False
+    return tuned is None or tuned.adapt
+
+
 def abort_on_uncaught(MPI) -> None:
     """An exception that no code catches on one rank ends the whole job
     (MPI_Abort) instead of leaving the others waiting for it until their

@@ -18,8 +18,6 @@ from . import kernels
 from .all_reduce import one_round
 from .ops import divide, in_rank_order
 
-# at most one exchange buffer (which is at least 4096 bytes: transports.md)
-SMALL_ALL_REDUCE_BYTES = 4096
 
 # (reducer, dtype) -> the kernel for the compiled round (kernels.exchange_reducer) or None
 _FUSED: dict = {}

@@ -11,7 +11,7 @@ from fractions import Fraction as F
 
 from expected_traffic import expected
 
-from collectives import all_reduce, broadcast, reduce
+from collectives import selection
 
 
 def _shape(host_of: list[int], r: int):
@@ -34,13 +34,13 @@ def expected_inter(call: str, alg: str, host_of: list[int], r: int, S: int,
         x = F(2 * (H - 1), H) * F(S, L)
         return x, x
     if call == "all_reduce" and alg == "hier_mirror":  # every rank as a leader
-        inner = all_reduce.choose(S, H, False)
+        inner = selection.choose(call, S, H, False)
         return expected(call, inner, h, H, S, shared=False)
-    leaders = {"all_reduce": all_reduce, "broadcast": broadcast, "reduce": reduce}
+    leaders = ("all_reduce", "broadcast", "reduce")
     if call in leaders:  # the flat chooser's algorithm among the H leaders
         if not lead:
             return 0, 0
-        inner = leaders[call].choose(S, H, False)
+        inner = selection.choose(call, S, H, False)
         return expected(call, inner, h, H, S, root=host_of[root], shared=False)
     B = S if call == "all_gather" else F(S, n)
     if call == "all_to_all":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fractions import Fraction as F
 
-from collectives.families import FAMILIES
+from collectives import selection
 
 
 def _p2(n: int) -> int:
@@ -52,7 +52,7 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0,
         return 0, 0
     if alg == "one_copy_or_staged":  # on arrays not communicator-allocated: the staged
         # choice (all_to_all's one copy where no rank's output overlaps its input: the same bytes)
-        alg = FAMILIES[call].choose(S, n, True)
+        alg = selection.choose(call, S, n, True)
     if alg == "one_copy":  # a reader counts what it reads, an owner what is read of it
         alg, shared = {"all_reduce": "ring", "reduce": "reduce_scatter_gather",
                        "gather": "linear", "scatter": "linear"}.get(call, "direct"), True

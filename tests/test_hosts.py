@@ -67,7 +67,8 @@ def test_mismatched_calls_on_hier(name):
 def test_layout_arithmetic_and_choice():
     """In process: host numbering, a rank's view of its host, and which
     algorithms a layout offers and picks."""
-    from collectives.families import choose, offered
+    from collectives.families import offered
+    from collectives.selection import Where, row
     from emulate import command, host_of
     from transports.base import Capabilities
     from transports.hosts import Hosts, number
@@ -83,14 +84,17 @@ def test_layout_arithmetic_and_choice():
         assert alg in offered(hier, hosts=h)["all_reduce"]
     assert not any(a.startswith("hier") for a in offered(shm)["all_reduce"])
     assert not any(a.startswith("hier") for a in offered(shm, hosts=h)["all_reduce"])
-    assert choose("all_reduce", 1 << 20, 4, False, hosts=h) == "hier_slices"
-    assert choose("all_reduce", 1 << 20, 4, False, hosts=odd) == "hier_leader"
-    assert choose("all_reduce", 8, 4, False, hosts=h) == "hier_mirror"
-    assert choose("all_reduce", 8, 4, False, hosts=odd) == "hier_leader"
+    def choose(call, nbytes, hosts):
+        where = Where(4, hier=True, equal_hosts=hosts.equal, per_host=hosts.local_size)
+        return row(call, nbytes, where).algorithm
+    assert choose("all_reduce", 1 << 20, h) == "hier_slices"
+    assert choose("all_reduce", 1 << 20, odd) == "hier_leader"
+    assert choose("all_reduce", 8, h) == "hier_mirror"
+    assert choose("all_reduce", 8, odd) == "hier_leader"
     one = Hosts(1, number(list("abcd")), (0,) * 4, (True,) * 4)  # one rank a host
-    assert choose("all_reduce", 8, 4, False, hosts=one) == "hier_leader"
-    assert choose("broadcast", 8, 4, False, hosts=h) == "hier"
-    assert choose("gather", 8, 4, False, hosts=h) == "binomial"
+    assert choose("all_reduce", 8, one) == "hier_leader"
+    assert choose("broadcast", 8, h) == "hier"
+    assert choose("gather", 8, h) == "binomial"
     cmd = command("aabc", ["p.py"])
     assert cmd.count(":") == 2 and cmd.count("COLLECTIVES_HOST") == 3
 

@@ -1,0 +1,286 @@
+"""The default choice of a communicator: the selection table, a tuning file,
+and adaptation at run time (docs/algorithms.md, "How the default is chosen").
+
+``algorithm=None`` starts from the tuning file's rule where one is loaded
+and fits, else from the built-in table (selection.py).  With adaptation on
+(the default; ``COLLECTIVES_ADAPT=0`` or ``COLLECTIVES_DETERMINISTIC=1``
+turn it off), each (collective, size class, array kind) keeps what its calls
+cost and moves to another algorithm when that one is clearly faster:
+
+- A size class is the sizes from 2^(b-1) to 2^b - 1 bytes; the array kind
+  ("plain", "allocated", "device") is the one every rank passed since the
+  last agreement ("plain" where they differ).
+- Each call of the class is timed on every rank.  The first calls try every
+  offered algorithm once, the current one first; after that each other
+  algorithm is tried again now and then: the closer it came to the current
+  one, the sooner (about every 16 calls for a close one; rarely, at most
+  every ``MAX_INTERVAL`` calls, for a slow one), so that trying costs about
+  ``BUDGET`` of the time and a machine whose speed changes is followed.
+- After each such try the ranks agree on the facts: one small all-reduce
+  (max) of the last calls' times and of the array kinds.  The time of a
+  call is the slowest rank's.  Every rank then decides from the same
+  numbers, so every rank switches at the same call, whatever its own clock
+  said; no call runs different algorithms on different ranks.
+- It switches when another algorithm's median of its last tries is
+  ``MARGIN`` below the current one's median of its last calls, over at
+  least two tries.
+
+The all-reduces that agree are bookkeeping: they are not counted in
+``comm.traffic``.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import statistics
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import selection
+from .families import FAMILIES
+
+SOURCES = ("table", "tuning", "adapted")
+ADAPT_ENV = "COLLECTIVES_ADAPT"
+DETERMINISTIC_ENV = "COLLECTIVES_DETERMINISTIC"
+
+MARGIN = 0.10        # another algorithm must be this much faster to take over
+BUDGET = 0.02        # of the calls' time spent trying slower algorithms
+MIN_INTERVAL = 16    # calls between two tries of one algorithm, at least
+MAX_INTERVAL = 2048  # and at most
+KEEP = 16            # calls' times shared at an agreement, at most
+TRIES = 3            # an algorithm's estimate: the median of its last tries
+RUNS = 9             # the current one's: the median of its last calls
+AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
+_KIND = {k: i for i, k in enumerate(selection.KINDS)}
+
+
+def flag(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    return v.strip() not in ("0", "false", "no", "off")
+
+
+class Choice(str):
+    """An algorithm's name, with where the choice came from: ``source`` is
+    "table" (the built-in selection table), "tuning" (a tuning file) or
+    "adapted" (measured here at run time); ``why``: the table row's reason."""
+
+    source: str
+    why: str
+
+    def __new__(cls, name: str, source: str, why: str = ""):
+        c = super().__new__(cls, name)
+        c.source, c.why = source, why
+        return c
+
+    def __repr__(self) -> str:
+        return f"Choice({str(self)!r}, source={self.source!r})"
+
+
+def size_class(nbytes: int) -> int:
+    return int(nbytes).bit_length()
+
+
+class _Arm:
+    """What one (collective, size class, kind) knows: the algorithm it runs,
+    the others it tries, their recent per-call times (slowest rank's)."""
+
+    def __init__(self, first: Choice, others: list[str], now: int):
+        self.current = first
+        self.base = first
+        self.times = {a: collections.deque(maxlen=RUNS) for a in [str(first)] + others}
+        # each other algorithm's next try: every one twice, straight away (the
+        # first try of each warms it up: its time is not kept)
+        self.due = {a: now + 1 + i for i, a in enumerate(others)}
+        self.cold = set(self.times)
+        self.runs = 0  # of the current algorithm since the last agreement
+
+    def pick(self, count: int) -> tuple[str, bool]:
+        """The algorithm call ``count`` runs, and whether it is a try (a try
+        leaves the schedule until ``decide`` puts it back)."""
+        if self.due and (self.times[str(self.current)] or self.runs >= 3):
+            a = min(self.due, key=lambda x: (self.due[x], x))
+            if self.due[a] <= count:
+                del self.due[a]
+                return a, True
+        return str(self.current), False
+
+    def estimate(self, a: str) -> Optional[float]:
+        t = list(self.times[a])
+        if not t:
+            return None
+        return statistics.median(t if a == self.current else t[-TRIES:])
+
+    def decide(self, count: int) -> None:
+        """After an agreement (the calls so far: ``count``): switch where
+        another is clearly faster, and schedule the next try of every
+        algorithm not scheduled."""
+        cur = self.estimate(str(self.current))
+        best, best_t = None, None
+        for a in self.times:
+            t = self.estimate(a)
+            if a != self.current and t is not None and (best_t is None or t < best_t):
+                best, best_t = a, t
+        if cur is not None and best is not None and best_t < cur * (1 - MARGIN):
+            if len(self.times[best]) >= 2:
+                old = str(self.current)
+                self.current = self.base if best == self.base else Choice(best, "adapted")
+                self.due.pop(best, None)
+                self.due[old] = count + MIN_INTERVAL
+                cur = best_t
+            else:
+                self.due[best] = count  # once more, to confirm it
+        others = len(self.times) - 1
+        for a in self.times:
+            if a == self.current or a in self.due:
+                continue
+            t = self.estimate(a)
+            if t is None or cur is None:  # warmed up only, or nothing to compare: again
+                self.due[a] = count
+                continue
+            ratio = t / max(cur, 1e-12)
+            gap = int((ratio - 1) * others / BUDGET) if ratio > 1 else 0
+            self.due[a] = count + min(MAX_INTERVAL, max(MIN_INTERVAL, gap))
+
+
+class _Class:
+    """One (collective, size class): its calls so far, the kind the ranks
+    last agreed on, the calls since that agreement, and an arm per kind."""
+
+    def __init__(self):
+        self.count = 0
+        self.kind: Optional[str] = None
+        self.lo = self.hi = None   # this rank's kinds since the last agreement
+        # (arm, algorithm, seconds) of the calls since the last agreement
+        self.recent: collections.deque = collections.deque(maxlen=KEEP)
+        self.arms: dict[str, _Arm] = {}
+        self.next_agree = 0
+
+    def note(self, kind: str) -> None:
+        k = _KIND[kind]
+        self.lo = k if self.lo is None else min(self.lo, k)
+        self.hi = k if self.hi is None else max(self.hi, k)
+
+
+class Chooser:
+    """A communicator's default choices.  ``where``: its ranks and transport
+    (selection.Where); ``offered``: call -> the algorithms offered here;
+    ``tuning``: a fitting tuning file or None; ``adapt``: adaptation on;
+    ``agree(vec)``: the all-reduce (max, in place) of a float64 vector among
+    the ranks, run on the call's endpoint; ``counted()``/``uncount(before)``
+    keep the agreements out of the traffic counters."""
+
+    def __init__(self, where: selection.Where, offered: dict, tuning=None,
+                 adapt: bool = True, clock: Callable[[], float] = time.perf_counter):
+        self.where = where
+        self.offered = offered
+        self.tuning = tuning
+        self.adapt = adapt and where.size > 1
+        self.clock = clock
+        self.classes: dict[tuple[str, int], _Class] = {}
+        # (call, algorithm) of each call, appended as it starts, where kept (a list)
+        self.history: Optional[list] = None
+
+    # -- static choices -----------------------------------------------------
+    def base(self, call: str, nbytes: int, kind: str = "plain") -> Choice:
+        """The choice before any measurement here: the tuning file's rule,
+        else the table's row."""
+        if self.tuning is not None:
+            alg = self.tuning.rule(call, kind, nbytes)
+            if alg is not None and alg in self.offered[call]:
+                return Choice(alg, "tuning")
+        r = selection.row(call, nbytes, self.where.of_kind(kind))
+        return Choice(r.algorithm, "table", r.why)
+
+    def _kind_matters(self, call: str, nbytes: int) -> bool:
+        """Whether the base choice differs between array kinds at ``nbytes``."""
+        return len({self.base(call, nbytes, k) for k in selection.KINDS}) > 1
+
+    def current(self, call: str, nbytes: int, kind: str = "plain") -> Choice:
+        """What the next call of ``call`` on ``kind`` arrays of ``nbytes``
+        runs, tries aside (``comm.choose_algorithm``)."""
+        cls = self.classes.get((call, size_class(nbytes)))
+        if self.adapt and cls is not None and kind in cls.arms:
+            arm = cls.arms[kind]
+            if arm.current is not arm.base:
+                return arm.current
+        return self.base(call, nbytes, kind)
+
+    # -- a call -------------------------------------------------------------
+    def run(self, call: str, nbytes: int, kind: str, ep, args: tuple,
+            agree: Callable[[object, np.ndarray], None]) -> str:
+        """Run ``call``'s default on ``ep`` (in the communicator's order, on
+        every rank alike); returns the algorithm's name."""
+        family = FAMILIES[call]
+        if not self.adapt:
+            name = self._fixed(call, nbytes, kind, ep, agree)
+            self._kept(call, name)
+            family.run(name, ep, *args)
+            return name
+        key = (call, size_class(nbytes))
+        cls = self.classes.get(key)
+        if cls is None:
+            cls = self.classes[key] = _Class()
+        cls.note(kind)
+        if cls.kind is None:
+            self._agree(cls, ep, agree)
+        arm = cls.arms.get(cls.kind)
+        if arm is None:
+            first = self.base(call, nbytes, cls.kind)
+            others = [a for a in self.offered[call] if a != first]
+            arm = cls.arms[cls.kind] = _Arm(first, others, cls.count)
+        name, trying = arm.pick(cls.count)
+        arm.runs += not trying
+        self._kept(call, name)
+        t0 = self.clock()
+        family.run(name, ep, *args)
+        cls.recent.append((arm, name, self.clock() - t0))
+        cls.count += 1
+        if trying:
+            self._agree(cls, ep, agree)
+            arm.decide(cls.count)
+        return name
+
+    def _kept(self, call: str, name: str) -> None:
+        if self.history is not None:
+            self.history.append((call, name))
+
+    def _fixed(self, call: str, nbytes: int, kind: str, ep, agree) -> str:
+        """Adaptation off: the base choice, for the kind the ranks agreed on
+        where the choice depends on it (agreed at the first call of the size
+        class and every AGREE_KIND_EVERY calls after)."""
+        if not self._kind_matters(call, nbytes):
+            return self.base(call, nbytes)
+        key = (call, size_class(nbytes))
+        cls = self.classes.get(key)
+        if cls is None:
+            cls = self.classes[key] = _Class()
+        cls.note(kind)
+        if cls.count >= cls.next_agree:
+            self._agree(cls, ep, agree)
+            cls.next_agree = cls.count + AGREE_KIND_EVERY
+        cls.count += 1
+        return self.base(call, nbytes, cls.kind)
+
+    def _agree(self, cls: _Class, ep, agree) -> None:
+        """Share this rank's recent call times and kinds; every rank then
+        holds the slowest rank's times and the common kind."""
+        recent = list(cls.recent)
+        vec = np.empty(2 + len(recent), np.float64)
+        vec[0], vec[1] = -cls.lo, cls.hi
+        vec[2:] = [t for _, _, t in recent]
+        agree(ep, vec)
+        lo, hi = int(-vec[0]), int(vec[1])
+        cls.kind = selection.KINDS[lo] if lo == hi else "plain"
+        for (arm, name, _), t in zip(recent, vec[2:]):
+            if name in arm.cold:  # its first call: warming up, not kept
+                arm.cold.discard(name)
+            else:
+                arm.times[name].append(float(t))
+        cls.recent.clear()
+        cls.lo = cls.hi = None
+        for arm in cls.arms.values():
+            arm.runs = 0

@@ -1,0 +1,230 @@
+"""The selection table: every default choice of an algorithm, as data.
+
+Per collective, rows in order; the first row that matches the call picks its
+algorithm.  A row matches on
+
+- the message size ``nbytes`` (the input's bytes: x for most calls, buf for
+  broadcast, one block for gather and scatter): ``min_bytes <= nbytes <=
+  max_bytes``, and ``N * nbytes >= min_total``;
+- the ranks: ``ranks`` (lowest, highest), and ``pow2`` (a power of two);
+- the ranks per host (on the "hier" transport): ``per_host`` (lowest,
+  highest) and ``equal_hosts``;
+- the array kind (``KINDS``): plain numpy arrays, communicator-allocated
+  ones (``comm.empty``), or CuPy arrays on the "cuda" transport;
+- what the transport offers (``transports.base.Capabilities``): ``shared``
+  (an exchange through shared memory), ``one_copy`` (peers read each other's
+  memory), ``hier`` (the "hier" transport's parts).
+
+A condition left at None holds everywhere.  Each row says why: the
+measurement behind it (docs/performance.md has the sweeps).  The table is
+the default's starting point: a tuning file (collectives/tuning.py) takes
+precedence where it has a rule, and adaptation (collectives/adapt.py) moves
+on from either where the machine says otherwise.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+KINDS = ("plain", "allocated", "device")
+_ANY = 1 << 62
+
+
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """What a choice depends on besides the size: the communicator's ranks and
+    transport (fixed), and the array kind (per call)."""
+
+    size: int
+    shared: bool = False
+    one_copy: bool = False
+    hier: bool = False
+    equal_hosts: bool = True
+    per_host: int = 0          # ranks on this rank's host (hier only)
+    kind: str = "plain"
+
+    def of_kind(self, kind: str) -> "Where":
+        return self if kind == self.kind else dataclasses.replace(self, kind=kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of the table: the conditions, the algorithm, and why."""
+
+    algorithm: str
+    why: str = ""
+    min_bytes: int = 0
+    max_bytes: int = _ANY
+    min_total: int = 0         # N x nbytes at least
+    ranks: tuple[int, int] = (1, _ANY)
+    pow2: Optional[bool] = None
+    per_host: tuple[int, int] = (0, _ANY)
+    equal_hosts: Optional[bool] = None
+    kinds: tuple[str, ...] = KINDS
+    shared: Optional[bool] = None
+    one_copy: Optional[bool] = None
+    hier: Optional[bool] = None
+
+    def matches(self, nbytes: int, w: Where) -> bool:
+        n = w.size
+        return (self.min_bytes <= nbytes <= self.max_bytes and n * nbytes >= self.min_total
+                and self.ranks[0] <= n <= self.ranks[1]
+                and (self.pow2 is None or self.pow2 == (n & (n - 1) == 0))
+                and self.per_host[0] <= w.per_host <= self.per_host[1]
+                and (self.equal_hosts is None or self.equal_hosts == w.equal_hosts)
+                and w.kind in self.kinds
+                and (self.shared is None or self.shared == w.shared)
+                and (self.one_copy is None or self.one_copy == w.one_copy)
+                and (self.hier is None or self.hier == w.hier))
+
+
+KiB, MiB = 1 << 10, 1 << 20
+# the hierarchical algorithms, first in the rows of every call that has one
+_HIER = Row("hier", "the hier transport: shared memory within a host, MPI between (hosts.md)",
+            hier=True)
+
+TABLE: dict[str, tuple[Row, ...]] = {
+    "all_reduce": (
+        Row("hier_leader", "hosts of unequal sizes: only the leaders cross (hosts.md)",
+            hier=True, equal_hosts=False),
+        Row("hier_leader", "one rank a host: the leaders are every rank", hier=True,
+            per_host=(0, 1)),
+        Row("hier_mirror", "two steps; level with flat mpi on 2 x 2, 1.06-1.18x on 2 x 4 "
+            "from 8 B to 4 KiB, where hier_leader's three steps were 0.60-0.80x",
+            hier=True, max_bytes=64 * KiB - 1),
+        Row("hier_slices", "each local rank carries 1/L of the message between hosts",
+            hier=True),
+        Row("direct", "one round through the exchange buffers", max_bytes=32 * KiB),
+        Row("one_copy_or_staged", "on communicator-allocated arrays reduces from the peers' "
+            "mappings: faster at 16 and 64 MiB (performance.md)", one_copy=True,
+            min_bytes=16 * MiB),
+        Row("direct", "staged: one exchange, fewest rounds up to 256 KiB", shared=True,
+            max_bytes=256 * KiB),
+        Row("direct", "staged at N = 2: the half-megabyte rounds beat two_shot's two",
+            shared=True, ranks=(2, 2), min_bytes=16 * MiB),
+        Row("two_shot", "staged: reduce-scatter then all-gather through the exchange",
+            shared=True),
+        Row("recursive_doubling", "messages: log2 N rounds while latency-bound",
+            max_bytes=128 * KiB),
+        Row("halving_doubling", "messages: Rabenseifner's bytes, log2 N rounds",
+            max_bytes=512 * KiB, pow2=True),
+        Row("ring", "messages: 2(N-1)/N of the message per rank, bandwidth-bound"),
+    ),
+    "broadcast": (
+        _HIER,
+        Row("one_copy", "N = 2 from 4 MiB: each rank copies root's buffer once "
+            "(performance.md)", one_copy=True, ranks=(2, 2), min_bytes=4 * MiB),
+        Row("one_copy", "N x S from 32 MiB: each rank copies root's buffer once",
+            one_copy=True, min_total=32 * MiB),
+        Row("direct", "staged: root writes once, every peer reads", shared=True),
+        Row("binomial", "messages: log2 N rounds while latency-bound", max_bytes=64 * KiB),
+        Row("binomial", "messages at N = 2: one send either way", ranks=(1, 2)),
+        Row("scatter_allgather", "messages: van de Geijn's bytes for large buffers"),
+    ),
+    "reduce": (
+        _HIER,
+        Row("direct", "staged: every rank's piece in one exchange", shared=True),
+        Row("binomial", "messages: log2 N rounds while latency-bound", max_bytes=64 * KiB),
+        Row("binomial", "messages at N = 2: one send", ranks=(1, 2)),
+        Row("reduce_scatter_gather", "messages: Rabenseifner's bytes for large buffers"),
+    ),
+    "all_gather": (
+        _HIER,
+        Row("one_copy", "N = 2, output from 16 MiB: one copy per block (performance.md)",
+            one_copy=True, ranks=(2, 2), min_total=16 * MiB),
+        Row("one_copy_or_staged", "N >= 3, output from 16 MiB: direct's half-megabyte "
+            "rounds beat process_vm_readv; the mappings of communicator-allocated arrays "
+            "beat both", one_copy=True, min_total=16 * MiB),
+        Row("one_copy_or_staged", "N = 2, output from 2 MiB: direct on plain arrays, the "
+            "mappings of communicator-allocated ones", one_copy=True, ranks=(2, 2),
+            min_total=2 * MiB),
+        Row("direct", "one round through the exchange buffers while a block fits them",
+            max_bytes=32 * KiB),
+        Row("direct", "staged: no context switch per step; beats the ring from 64 KiB to "
+            "8 MiB at N = 2", shared=True),
+        Row("ring", "messages: one copy per block (Bruck's fewer rounds lose above 32 KiB)"),
+    ),
+    "reduce_scatter": (
+        _HIER,
+        Row("one_copy_or_staged", "measured as all_reduce's (from 16 MiB)", one_copy=True,
+            min_bytes=16 * MiB),
+        Row("direct", "staged: one exchange", shared=True),
+        Row("recursive_halving", "messages: log2 N rounds while latency-bound",
+            max_bytes=64 * KiB),
+        Row("ring", "messages: (N-1)/N of the message per rank"),
+    ),
+    "all_to_all": (
+        _HIER,
+        Row("one_copy_or_staged", "from 4 MiB: 1.5-1.7x MPICH on communicator-allocated "
+            "arrays, where direct gave 0.9-1.1x", one_copy=True, min_bytes=4 * MiB),
+        Row("one_copy_or_staged", "N x S from 32 MiB", one_copy=True, min_total=32 * MiB),
+        Row("direct", "staged: one exchange a round (performance.md)", shared=True),
+        Row("linear", "messages: every block posted at once while small", max_bytes=4 * KiB),
+        Row("pairwise", "messages: one peer a step, no contention"),
+    ),
+    "gather": (
+        Row("one_copy", "blocks from 2 MiB: root reads each block once", one_copy=True,
+            min_bytes=2 * MiB),
+        Row("binomial", "small blocks: fewer messages at root", max_bytes=16 * KiB),
+        Row("linear", "large blocks: each block moves once"),
+    ),
+    "scatter": (
+        Row("one_copy", "blocks from 2 MiB: each rank reads its block once",
+            one_copy=True, min_bytes=2 * MiB),
+        Row("binomial", "small blocks: fewer messages at root", max_bytes=16 * KiB),
+        Row("linear", "large blocks: each block moves once"),
+    ),
+    "barrier": (
+        _HIER,
+        Row("direct", "one round in which every rank signals every other", ranks=(1, 16)),
+        Row("dissemination", "ceil(log2 N) rounds: fewer signals per rank from 17 ranks"),
+    ),
+}
+
+
+# -- choices inside an algorithm or a path ----------------------------------
+# the Communicator's fast path for a blocking all_reduce on shared memory
+# (collectives/small.py): at most one exchange buffer (at least 4096 bytes,
+# transports.md), where the table picks direct's one round
+SMALL_ALL_REDUCE_BYTES = 4096
+# one_copy.regions_or_staged's ``huge``: from this share of every source on
+# huge pages (all_to_all at N = 2, 4 MiB: process_vm_readv from sources all,
+# half and not on huge pages 238, 321 and 393 us against the staged 285;
+# performance.md)
+HUGE_SHARE = 0.75
+# all_to_all's one_copy_or_staged reads plain arrays with process_vm_readv at
+# N = 2 from N x S of this many bytes (below, direct's half-megabyte rounds)
+ALL_TO_ALL_READ_TOTAL_BYTES = 32 << 20
+# broadcast's one_copy: root writes (1/N of the buffer) from this size, every
+# peer reads all of it below
+WRITE_FROM_BYTES = 256 * 1024
+# gather's one_copy at N = 2 shares the peer's block with root from blocks
+# of this size (performance.md, "Gather at N = 2: root reads a third")
+SPLIT_BLOCK_BYTES = 4 << 20
+
+
+def row(call: str, nbytes: int, w: Where) -> Row:
+    """The first row of ``call``'s table that matches."""
+    for r in TABLE[call]:
+        if r.matches(nbytes, w):
+            return r
+    raise LookupError(f"no row of the selection table for {call} at {nbytes} B on {w}")
+
+
+def choose(call: str, nbytes: int, size: int, shared: bool = False) -> str:
+    """The table's algorithm for a flat communicator of ``size`` ranks on
+    plain arrays (``shared``: its exchange is through shared memory; one-copy
+    algorithms never): what the hierarchical algorithms run on their parts."""
+    return row(call, nbytes, Where(size, shared)).algorithm
+
+
+def depends_on_kind(rows, nbytes: int, w: Where) -> bool:
+    """Whether ``rows`` pick differently for the array kinds at ``nbytes``."""
+    return len({first(rows, nbytes, w.of_kind(k)) for k in KINDS}) > 1
+
+
+def first(rows, nbytes: int, w: Where) -> Optional[str]:
+    for r in rows:
+        if r.matches(nbytes, w):
+            return r.algorithm
+    return None

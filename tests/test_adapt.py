@@ -1,0 +1,213 @@
+"""The default's choice: the selection table (collectives/selection.py),
+tuning files (collectives/tuning.py) and adaptation (collectives/adapt.py)."""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from launch import ROOT, run_mpi
+
+from collectives import adapt, selection, tuning
+from collectives.families import FAMILIES, offered
+from transports.base import Capabilities
+from transports.hosts import Hosts, number
+
+SIZES = [0, 1, 8, 4096, 32 << 10, (32 << 10) + 1, 64 << 10, 128 << 10, 256 << 10,
+         (256 << 10) + 1, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+def _situations():
+    """(Where, capabilities, hosts) of flat communicators of 1-20 ranks on
+    messages, staged and one-copy shared memory, and of "hier" layouts."""
+    flat = [(False, False, Capabilities()),
+            (True, False, Capabilities(shared_exchange=True)),
+            (True, True, Capabilities(shared_exchange=True, one_copy=True, regions=True))]
+    for n, (shared, one, caps) in itertools.product(range(1, 21), flat):
+        for kind in selection.KINDS:
+            yield selection.Where(n, shared, one, kind=kind), caps, None
+    for names in ("aabb", "aab", "abcd", "aaabbb", "ab"):
+        for r in range(len(names)):
+            h = Hosts(r, number(list(names)), (0,) * len(names), (True,) * len(names))
+            yield (selection.Where(len(names), hier=True, equal_hosts=h.equal,
+                                   per_host=h.local_size), Capabilities(hier=True), h)
+
+
+def test_every_situation_has_an_offered_row():
+    """Every call, size and situation finds a row, and its algorithm is one the
+    communicator offers there; every row names an algorithm of its family
+    and says why."""
+    for call, rows in selection.TABLE.items():
+        names = FAMILIES[call].names()
+        for row in rows:
+            assert row.algorithm in names and row.why, (call, row)
+    assert set(selection.TABLE) == set(FAMILIES)
+    for where, caps, hosts in _situations():
+        here = offered(caps, hosts)
+        for call in FAMILIES:
+            for s in SIZES:
+                alg = selection.row(call, s, where).algorithm
+                assert alg in here[call], (call, s, where, alg)
+
+
+def test_table_rows_pick_as_measured():
+    """Spot checks of the table against the choices docs/algorithms.md states."""
+    w = selection.Where
+    assert selection.row("all_reduce", 8, w(4, True, True)).algorithm == "direct"
+    assert selection.row("all_reduce", 1 << 20, w(4, True, False)).algorithm == "two_shot"
+    assert selection.row("all_reduce", 16 << 20, w(4, True, True)).algorithm == \
+        "one_copy_or_staged"
+    assert selection.row("all_reduce", 1 << 20, w(4)).algorithm == "ring"
+    assert selection.row("all_reduce", 256 << 10, w(4)).algorithm == "halving_doubling"
+    assert selection.row("all_reduce", 256 << 10, w(3)).algorithm == "ring"
+    assert selection.row("all_gather", 8 << 20, w(2, True, True)).algorithm == "one_copy"
+    assert selection.row("barrier", 0, w(17)).algorithm == "dissemination"
+
+
+def test_no_chooser_outside_the_table():
+    """Every default choice lives in selection.py: no other module of
+    collectives/ defines a chooser."""
+    for p in (ROOT / "collectives").glob("*.py"):
+        if p.name not in ("selection.py", "adapt.py"):
+            assert not re.search(r"^def choose\b", p.read_text(), re.M), p
+
+
+def _doc(**over) -> dict:
+    d = {"format": "collectives-tuning", "version": 1, "ranks": 2, "ranks_per_host": [2],
+         "transport": "shm", "adapt": True,
+         "rules": {"all_reduce": {"plain": [[4096, "direct"], [None, "ring"]]}}}
+    d.update(over)
+    return d
+
+
+def test_tuning_document_checked():
+    t = tuning.check(_doc())
+    assert t.rule("all_reduce", "plain", 4096) == "direct"
+    assert t.rule("all_reduce", "plain", 4097) == "ring"
+    assert t.rule("all_reduce", "allocated", 8) is None and t.rule("gather", "plain", 8) is None
+    assert t.misfit(2, (2,), "shm") is None
+    assert "3 ranks" in t.misfit(3, (3,), "shm") or "3" in t.misfit(3, (3,), "shm")
+    assert "per host" in t.misfit(2, (1, 1), "shm")
+    assert "transport" in t.misfit(2, (2,), "mpi")
+
+
+def _rules(rows, call="all_reduce", kind="plain"):
+    return {"rules": {call: {kind: rows}}}
+
+
+BAD = [
+    ([], "expected a JSON object"),
+    (_doc(format="other"), "'format' must be"),
+    (_doc(version=2), "'version' must be 1"),
+    ({k: v for k, v in _doc().items() if k != "ranks"}, "missing 'ranks'"),
+    (_doc(ranks=0), "'ranks' must be a positive integer"),
+    (_doc(ranks_per_host=[1, 2]), "adds up to 3"),
+    (_doc(ranks_per_host="2"), "'ranks_per_host' must be a list"),
+    (_doc(transport="tcp"), "'transport' must be one of"),
+    (_doc(adapt="yes"), "'adapt' must be true or false"),
+    (_doc(rules=[]), "'rules' must be an object"),
+    (_doc(rules={"allreduce": {}}), "unknown collective 'allreduce'"),
+    (_doc(**_rules([[None, "ring"]], kind="gpu")), "unknown array kind 'gpu'"),
+    (_doc(**_rules([])), "non-empty list"),
+    (_doc(**_rules([[8, "ring", 1]])), "rules.all_reduce.plain[0] must be [up_to, algorithm]"),
+    (_doc(**_rules([[None, "ring"], [8, "direct"]])), "only the last rule may have no bound"),
+    (_doc(**_rules([[64, "ring"], [8, "direct"]])), "above the previous rule's (64)"),
+    (_doc(**_rules([[-1, "ring"]])), "up_to must be an integer"),
+    (_doc(**_rules([[8.5, "ring"]])), "up_to must be an integer"),
+    (_doc(**_rules([[None, "bitonic"]])), "all_reduce has no algorithm 'bitonic'"),
+    (_doc(machine="x"), "'machine' must be an object"),
+]
+
+
+@pytest.mark.parametrize("doc,words", BAD, ids=[w for _, w in BAD])
+def test_bad_tuning_document_names_what_is_wrong(doc, words):
+    with pytest.raises(tuning.TuningError) as e:
+        tuning.check(doc, "f.json")
+    assert words in str(e.value) and "f.json" in str(e.value), str(e.value)
+
+
+def test_bad_tuning_files(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text("{not json")
+    with pytest.raises(tuning.TuningError, match="not JSON"):
+        tuning.load(p)
+    with pytest.raises(tuning.TuningError, match="cannot be read"):
+        tuning.load(tmp_path / "missing.json")
+
+
+def test_a_malformed_file_fails_init_on_every_rank(tmp_path):
+    """COLLECTIVES_TUNING naming a bad file: every rank raises TuningError at
+    init, naming the file and what is wrong."""
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(_doc(version=9)))
+    r = run_mpi(2, ["-c", "import collectives as cc; cc.init()"], timeout=120,
+                COLLECTIVES_TUNING=str(p), COLLECTIVES_ABORT_ON_EXCEPTION="0")
+    assert r.returncode != 0
+    assert r.stderr.count("TuningError") >= 2 and "'version' must be 1" in r.stderr, r.stderr[-2000:]
+
+
+def _write(tmp_path, doc) -> str:
+    p = tmp_path / "tuned.json"
+    p.write_text(json.dumps(doc))
+    return str(p)
+
+
+def test_tuning_file_decides_and_fixes_the_choice(tmp_path):
+    doc = _doc(ranks=3, ranks_per_host=[3], adapt=False,
+               rules={"all_reduce": {"plain": [[4096, "direct"], [None, "recursive_doubling"]]}})
+    r = run_mpi(3, ["tests/tuning_check.py", "use", _write(tmp_path, doc)], timeout=120)
+    assert "OK use" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+def test_tuning_file_for_another_job_warns_once(tmp_path):
+    r = run_mpi(3, ["tests/tuning_check.py", "misfit", _write(tmp_path, _doc())], timeout=120,
+                COLLECTIVES_ADAPT="0")
+    assert "OK misfit" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+def test_fixed_choices_give_the_same_bits_run_after_run():
+    """COLLECTIVES_DETERMINISTIC=1 (and COLLECTIVES_ADAPT=0): one algorithm at
+    every call, the table's, and the same result bits in two runs."""
+    hashes = []
+    for env in ({"COLLECTIVES_DETERMINISTIC": "1"}, {"COLLECTIVES_ADAPT": "0"}):
+        r = run_mpi(3, ["tests/tuning_check.py", "fixed"], timeout=120, **env)
+        assert "OK fixed" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+        hashes.append(re.search(r"HASH (\w+)", r.stdout).group(1))
+    assert hashes[0] == hashes[1]
+
+
+@pytest.mark.parametrize("mode,n", [("random", 3), ("slowest", 3), ("random", 2)])
+def test_ranks_agree_whatever_their_own_clocks_say(mode, n):
+    """Every rank runs the same algorithm at every call though each rank's
+    clock says something else, and the slowest rank's times decide
+    (tests/adapt_check.py)."""
+    r = run_mpi(n, ["tests/adapt_check.py", mode, "300"], timeout=180)
+    assert f"OK {mode}" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+def test_choice_carries_its_source():
+    c = adapt.Choice("ring", "adapted")
+    assert c == "ring" and c.source == "adapted" and isinstance(c, str)
+    assert "adapted" in repr(c)
+
+
+def test_arm_switches_only_on_two_clearly_faster_tries():
+    """The decision rule alone: one fast try asks for a second; two switch;
+    a candidate within the margin never takes over."""
+    arm = adapt._Arm(adapt.Choice("a", "table"), ["b", "c"], 0)
+    arm.cold.clear()
+    arm.times["a"].extend([1.0] * 9)
+    arm.times["b"].append(0.5)
+    arm.times["c"].append(0.95)
+    arm.due = {}  # both just tried
+    arm.decide(1)
+    assert arm.current == "a" and arm.due["b"] == 1  # confirm b first
+    assert arm.pick(1) == ("b", True)
+    arm.times["b"].append(0.5)
+    arm.decide(2)
+    assert arm.current == "b" and arm.current.source == "adapted" and "a" in arm.due
+    assert arm.due["c"] >= 1 + adapt.MIN_INTERVAL  # not tried again at once
