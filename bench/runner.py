@@ -117,16 +117,24 @@ def mpi_supported(fn: Optional[Call], mpicomm) -> bool:
     return bool(mpicomm.allreduce(ok, op=MPI.MIN))
 
 
+def array_kind(case: Case, alloc: str = "numpy") -> str:
+    """The kind of array (``comm.choose_algorithm``'s ``kind``) of ``case``'s
+    buffers: "allocated" with ``alloc`` "comm" (comm.empty), "device" for the
+    CuPy buffers of the cuda transport, else "plain"; the barrier, which
+    takes no array, "plain"."""
+    if case.factor_kind == "none":
+        return "plain"
+    if alloc == "comm":
+        return "allocated"
+    return "device" if case.comm.transport == "cuda" else "plain"
+
+
 def auto_choice(case: Case, alloc: str = "numpy") -> str:
-    """The algorithm the library picks by default for ``case`` on its buffers
-    (``alloc`` "comm": communicator-allocated ones); the ``str`` that
-    ``comm.choose_algorithm`` returns, whose ``source`` says where the choice
-    came from."""
-    kind = "allocated" if alloc == "comm" else None
-    try:
-        return case.comm.choose_algorithm(case.name, case.choose_nbytes(), kind=kind)
-    except TypeError:  # a library whose choice does not depend on the kind of array
-        return case.comm.choose_algorithm(case.name, case.choose_nbytes())
+    """The algorithm the library picks by default for ``case`` on its buffers;
+    the ``str`` that ``comm.choose_algorithm`` returns, whose ``source``
+    says where the choice came from."""
+    return case.comm.choose_algorithm(case.name, case.choose_nbytes(),
+                                      kind=array_kind(case, alloc))
 
 
 def effective_sizes(name: str, sizes: list[int], n: int, dtype: np.dtype) -> list[int]:

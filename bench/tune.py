@@ -9,8 +9,8 @@ at each size, as rules by size.
 Kinds of array: plain numpy arrays (``"plain"``), and on the ``shm``
 transport communicator-allocated ones too (``"allocated"``: ``comm.empty``,
 which the peers read in place); on the ``cuda`` transport CuPy arrays
-(``"device"``).  The barrier has one size (none) and is timed once, under
-the first kind.
+(``"device"``).  The barrier has one size (none) and takes no array: it
+is timed once, under ``"plain"``.
 
 Timing is the benchmark's (``bench.timing``): per size and kind, every
 algorithm is warmed up and then timed in ``--repeat`` interleaved rounds; a
@@ -219,8 +219,8 @@ def measure(name: str, kinds: list[str], comm, mpicomm, a: argparse.Namespace,
     algs = comm.algorithms(name)
     sizes = [s for s in effective_sizes(name, a.grid, comm.size, DTYPE)
              if s > 0 or CASES[name].factor_kind == "none"]
-    if CASES[name].factor_kind == "none":  # the barrier: no arrays, one kind
-        kinds = kinds[:1]
+    if CASES[name].factor_kind == "none":  # the barrier: no arrays, chosen as for plain ones
+        kinds = ["plain"]
     out: dict[str, dict[int, dict[str, float]]] = {k: {} for k in kinds}
     spent = dict.fromkeys(kinds, 0.0)
     s = _settings(a, algs)

@@ -164,12 +164,14 @@ def test_a_short_tuning_run(tmp_path):
 @needs_mpiexec
 def test_device_arrays_on_the_cuda_stand_in(tmp_path):
     """On the cuda transport (here over tests/standin, a host stand-in for
-    CuPy) the one kind measured is "device"."""
+    CuPy) the one kind measured is "device"; the barrier, which takes no
+    array, "plain"."""
     out = tmp_path / "tuning.json"
     standin = os.pathsep.join([str(ROOT / "tests" / "standin"), str(ROOT)])
     _mpi(2, "-m", "bench", "tune", "-o", str(out), "--sizes", "4K", "--repeat", "1",
          "--budget", "0.02", "--transport", "cuda", PYTHONPATH=standin)
     doc = json.loads(out.read_text())
     assert doc["transport"] == "cuda" and doc["adapt"] is True
-    assert all(list(kinds) == ["device"] for kinds in doc["rules"].values()), doc["rules"]
+    assert all(list(kinds) == (["plain"] if call == "barrier" else ["device"])
+               for call, kinds in doc["rules"].items()), doc["rules"]
     assert tune.validate(doc) is None
