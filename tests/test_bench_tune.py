@@ -159,6 +159,22 @@ def test_a_short_tuning_run(tmp_path):
     assert len(progress) == 2 * len(COLLECTIVES) - 1, p.stdout
     assert progress[0].startswith("all_reduce plain: 2/2 sizes, "), p.stdout
     assert f"# wrote {out} in " in p.stdout
+    # the library takes the file: the benchmark's default rows say so (the
+    # file turns adaptation off, so the choice stays the file's)
+    bench_json = tmp_path / "bench.json"
+    _mpi(2, "-m", "bench", "all_reduce", "-b", "64K", "-e", "64K", "-n", "3", "-w", "1",
+         "--repeat", "1", "--json", str(bench_json), COLLECTIVES_TUNING=str(out))
+    row, = json.loads(bench_json.read_text())["rows"]
+    assert row["auto"] and row["source"] == "tuning", row
+    assert row["algorithm"] == doc["rules"]["all_reduce"]["plain"][-1][1], row
+
+
+def test_the_library_check_runs_before_writing():
+    """validate: None for a good document, the library's complaint otherwise."""
+    doc = tune.document({"barrier": {"plain": {0: {"direct": 1e-6}}}}, 2, [2], "shm", True)
+    assert tune.validate(doc) is None
+    doc["rules"]["barrier"]["plain"] = [[None, "no_such_algorithm"]]
+    assert "no_such_algorithm" in tune.validate(doc)
 
 
 @needs_mpiexec
