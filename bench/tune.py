@@ -56,7 +56,7 @@ from .cases import CASES, COLLECTIVES
 FORMAT = "collectives-tuning"
 VERSION = 1
 DEFAULT_SIZES = "1K,16K,256K,1M,4M,16M"
-# with the defaults a run at N = 2 or 4 takes 70-80 s on the 2-core development
+# with the defaults a run at N = 2 or 4 takes 66-95 s on the 2-core development
 # machine (docs/performance.md): per algorithm and size, 3 rounds of at least
 # 3 calls each, about 0.2 s of timed calls in all
 DEFAULT_REPEAT = 3
