@@ -79,6 +79,9 @@ class Choice(str):
     def __repr__(self) -> str:
         return f"Choice({str(self)!r}, source={self.source!r})"
 
+    def __getnewargs__(self):  # copy and pickle
+        return str(self), self.source, self.why
+
 
 def size_class(nbytes: int) -> int:
     return int(nbytes).bit_length()
