@@ -210,7 +210,7 @@ def test_arm_switches_only_on_two_clearly_faster_tries():
     arm.times["b"].append(0.5)
     arm.decide(2)
     assert arm.current == "b" and arm.current.source == "adapted" and "a" in arm.due
-    assert arm.due["c"] >= 1 + adapt.MIN_INTERVAL  # not tried again at once
+    assert arm.due["c"] >= 1 + adapt.MIN_INTERVAL  # not tried again soon
 
 
 @pytest.mark.parametrize("n", [3, 4])
