@@ -9,6 +9,7 @@ from transports.errors import CollectiveError, CollectiveTimeout, PeerFailure
 from .communicator import Communicator, Traffic, init
 from .debug import CollectiveMismatch
 from .ops import AVG, MAX, MIN, PROD, SUM, Op
+from .tuning import TuningError, TuningWarning
 from .work import Work
 
 __version__ = "0.1.0"
@@ -24,4 +25,4 @@ def __getattr__(name: str):
 
 __all__ = ["init", "Communicator", "Traffic", "Work", "Op", "SUM", "PROD", "MAX", "MIN",
            "AVG", "DTYPES", "bfloat16", "CollectiveError", "CollectiveTimeout", "PeerFailure",
-           "CollectiveMismatch"]
+           "CollectiveMismatch", "TuningError", "TuningWarning"]

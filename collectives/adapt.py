@@ -13,9 +13,11 @@ cost and moves to another algorithm when that one is clearly faster:
 - Each call of the class is timed on every rank.  The first calls try every
   offered algorithm once, the current one first; after that each other
   algorithm is tried again now and then: the closer it came to the current
-  one, the sooner (about every 16 calls for a close one; rarely, at most
-  every ``MAX_INTERVAL`` calls, for a slow one), so that trying costs about
-  ``BUDGET`` of the time and a machine whose speed changes is followed.
+  one, the sooner (a close one every ``MIN_INTERVAL`` calls times the number
+  of others, so that all of them together are tried at most once in
+  ``MIN_INTERVAL`` calls; a slow one rarely, at most every ``MAX_INTERVAL``
+  calls), so that trying costs about ``BUDGET`` of the time and a machine
+  whose speed changes is followed.
 - After each such try the ranks agree on the facts: one small all-reduce
   (max) of the last calls' times and of the array kinds.  The time of a
   call is the slowest rank's.  Every rank then decides from the same
@@ -47,13 +49,14 @@ DETERMINISTIC_ENV = "COLLECTIVES_DETERMINISTIC"
 
 MARGIN = 0.10        # another algorithm must be this much faster to take over
 BUDGET = 0.02        # of the calls' time spent trying slower algorithms
-MIN_INTERVAL = 16    # calls between two tries of one algorithm, at least
+MIN_INTERVAL = 32    # calls per try, at least, all the other algorithms together
 MAX_INTERVAL = 2048  # and at most
 KEEP = 16            # calls' times shared at an agreement, at most
 TRIES = 3            # an algorithm's estimate: the median of its last tries
 RUNS = 9             # the current one's: the median of its last calls
 AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
 _KIND = {k: i for i, k in enumerate(selection.KINDS)}
+_NONE = (len(_KIND), -1)  # (lowest, highest) kind code before any call
 
 
 def flag(name: str, default: bool) -> bool:
@@ -79,6 +82,9 @@ class Choice(str):
     def __repr__(self) -> str:
         return f"Choice({str(self)!r}, source={self.source!r})"
 
+    def __getnewargs__(self):  # copy and pickle
+        return str(self), self.source, self.why
+
 
 def size_class(nbytes: int) -> int:
     return int(nbytes).bit_length()
@@ -97,16 +103,23 @@ class _Arm:
         self.due = {a: now + 1 + i for i, a in enumerate(others)}
         self.cold = set(self.times)
         self.runs = 0  # of the current algorithm since the last agreement
+        self.name = str(first)  # the current algorithm's name, as a plain str
+        self.next_at = 0        # the earliest due call (0: look)
 
     def pick(self, count: int) -> tuple[str, bool]:
         """The algorithm call ``count`` runs, and whether it is a try (a try
         leaves the schedule until ``decide`` puts it back)."""
-        if self.due and (self.times[str(self.current)] or self.runs >= 3):
-            a = min(self.due, key=lambda x: (self.due[x], x))
-            if self.due[a] <= count:
-                del self.due[a]
-                return a, True
-        return str(self.current), False
+        if count >= self.next_at:
+            if self.due and (self.times[self.name] or self.runs >= 3):
+                a = min(self.due, key=lambda x: (self.due[x], x))
+                if self.due[a] <= count:
+                    del self.due[a]
+                    return a, True
+                self.next_at = self.due[a]
+            elif not self.due:
+                self.next_at = 1 << 62
+        self.runs += 1
+        return self.name, False
 
     def estimate(self, a: str) -> Optional[float]:
         t = list(self.times[a])
@@ -128,6 +141,7 @@ class _Arm:
             if len(self.times[best]) >= 2:
                 old = str(self.current)
                 self.current = self.base if best == self.base else Choice(best, "adapted")
+                self.name = best
                 self.due.pop(best, None)
                 self.due[old] = count + MIN_INTERVAL
                 cur = best_t
@@ -143,7 +157,8 @@ class _Arm:
                 continue
             ratio = t / max(cur, 1e-12)
             gap = int((ratio - 1) * others / BUDGET) if ratio > 1 else 0
-            self.due[a] = count + min(MAX_INTERVAL, max(MIN_INTERVAL, gap))
+            self.due[a] = count + min(MAX_INTERVAL, max(MIN_INTERVAL * others, gap))
+        self.next_at = 0  # the schedule changed: look again
 
 
 class _Class:
@@ -153,7 +168,7 @@ class _Class:
     def __init__(self):
         self.count = 0
         self.kind: Optional[str] = None
-        self.lo = self.hi = None   # this rank's kinds since the last agreement
+        self.lo, self.hi = _NONE   # this rank's kind codes since the last agreement
         # (arm, algorithm, seconds) of the calls since the last agreement
         self.recent: collections.deque = collections.deque(maxlen=KEEP)
         self.arms: dict[str, _Arm] = {}
@@ -161,8 +176,7 @@ class _Class:
 
     def note(self, kind: str) -> None:
         k = _KIND[kind]
-        self.lo = k if self.lo is None else min(self.lo, k)
-        self.hi = k if self.hi is None else max(self.hi, k)
+        self.lo, self.hi = min(self.lo, k), max(self.hi, k)
 
 
 class Chooser:
@@ -181,13 +195,24 @@ class Chooser:
         self.adapt = adapt and where.size > 1
         self.clock = clock
         self.classes: dict[tuple[str, int], _Class] = {}
+        self._bases: dict = {}
+        self._matters: dict = {}
         # (call, algorithm) of each call, appended as it starts, where kept (a list)
         self.history: Optional[list] = None
 
     # -- static choices -----------------------------------------------------
     def base(self, call: str, nbytes: int, kind: str = "plain") -> Choice:
         """The choice before any measurement here: the tuning file's rule,
-        else the table's row."""
+        else the table's row (remembered)."""
+        key = (call, nbytes, kind)
+        c = self._bases.get(key)
+        if c is None:
+            if len(self._bases) > 4096:
+                self._bases.clear()
+            c = self._bases[key] = self._lookup(call, nbytes, kind)
+        return c
+
+    def _lookup(self, call: str, nbytes: int, kind: str) -> Choice:
         if self.tuning is not None:
             alg = self.tuning.rule(call, kind, nbytes)
             if alg is not None and alg in self.offered[call]:
@@ -197,7 +222,13 @@ class Chooser:
 
     def _kind_matters(self, call: str, nbytes: int) -> bool:
         """Whether the base choice differs between array kinds at ``nbytes``."""
-        return len({self.base(call, nbytes, k) for k in selection.KINDS}) > 1
+        m = self._matters.get((call, nbytes))
+        if m is None:
+            if len(self._matters) > 4096:
+                self._matters.clear()
+            m = self._matters[call, nbytes] = \
+                len({self.base(call, nbytes, k) for k in selection.KINDS}) > 1
+        return m
 
     def current(self, call: str, nbytes: int, kind: str = "plain") -> Choice:
         """What the next call of ``call`` on ``kind`` arrays of ``nbytes``
@@ -217,14 +248,19 @@ class Chooser:
         family = FAMILIES[call]
         if not self.adapt:
             name = self._fixed(call, nbytes, kind, ep, agree)
-            self._kept(call, name)
+            if self.history is not None:
+                self.history.append((call, name))
             family.run(name, ep, *args)
             return name
-        key = (call, size_class(nbytes))
+        key = (call, nbytes.bit_length())  # the size class
         cls = self.classes.get(key)
         if cls is None:
             cls = self.classes[key] = _Class()
-        cls.note(kind)
+        k = _KIND[kind]
+        if k < cls.lo:
+            cls.lo = k
+        if k > cls.hi:
+            cls.hi = k
         if cls.kind is None:
             self._agree(cls, ep, agree)
         arm = cls.arms.get(cls.kind)
@@ -233,20 +269,17 @@ class Chooser:
             others = [a for a in self.offered[call] if a != first]
             arm = cls.arms[cls.kind] = _Arm(first, others, cls.count)
         name, trying = arm.pick(cls.count)
-        arm.runs += not trying
-        self._kept(call, name)
-        t0 = self.clock()
+        if self.history is not None:
+            self.history.append((call, name))
+        clock = self.clock
+        t0 = clock()
         family.run(name, ep, *args)
-        cls.recent.append((arm, name, self.clock() - t0))
+        cls.recent.append((arm, name, clock() - t0))
         cls.count += 1
         if trying:
             self._agree(cls, ep, agree)
             arm.decide(cls.count)
         return name
-
-    def _kept(self, call: str, name: str) -> None:
-        if self.history is not None:
-            self.history.append((call, name))
 
     def _fixed(self, call: str, nbytes: int, kind: str, ep, agree) -> str:
         """Adaptation off: the base choice, for the kind the ranks agreed on
@@ -281,6 +314,6 @@ class Chooser:
             else:
                 arm.times[name].append(float(t))
         cls.recent.clear()
-        cls.lo = cls.hi = None
+        cls.lo, cls.hi = _NONE
         for arm in cls.arms.values():
             arm.runs = 0

@@ -116,6 +116,13 @@ class Communicator(HostsInfo):
         return self._t.name
 
     @property
+    def adaptive(self) -> bool:
+        """Whether ``algorithm=None`` adapts its choice at run time
+        (collectives/adapt.py; off with COLLECTIVES_ADAPT=0,
+        COLLECTIVES_DETERMINISTIC=1 or a tuning file's "adapt": false)."""
+        return self._choose.adapt
+
+    @property
     def traffic(self) -> Traffic:
         return Traffic.of(self._t) - self._uncounted
 

@@ -203,6 +203,17 @@ WRITE_FROM_BYTES = 256 * 1024
 SPLIT_BLOCK_BYTES = 4 << 20
 
 
+# -- the same bits ------------------------------------------------------------
+# the algorithms whose float results are the bits of numpy's sum in rank
+# order, ((x0 + x1) + x2) + ..., at every N (docs/algorithms.md, "Reproducible
+# bits"; tests/order_check.py); the others reduce in another order
+RANK_ORDER: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("direct", "two_shot", "one_copy", "one_copy_or_staged"),
+    "reduce_scatter": ("direct", "one_copy", "one_copy_or_staged"),
+    "reduce": ("direct", "one_copy"),
+}
+
+
 def row(call: str, nbytes: int, w: Where) -> Row:
     """The first row of ``call``'s table that matches."""
     for r in TABLE[call]:

@@ -69,9 +69,13 @@ def check_traffic(c: Checks, comm, host_of: list[int]) -> None:
         for alg in algs + [None]:
             for root in (range(n) if name in ("broadcast", "reduce") else [0]):
                 before = comm.traffic
+                comm._choose.history = []  # what the default runs (it may try others)
                 S = run_call(comm, name, alg, root)
                 d = comm.traffic - before
-                used = alg or comm.choose_algorithm(name, S)
+                used = alg or comm._choose.history[-1][1]
+                if used in FLAT:  # a default that adapted: checked by test_traffic.py
+                    c.expect(d.sent_bytes >= d.inter_sent_bytes, f"{name} {used}: {d}")
+                    continue
                 want = expected_inter(name, used, host_of, r, S, root)
                 got = (d.inter_sent_bytes, d.inter_recv_bytes)
                 c.expect(got == tuple(want) and d.sent_bytes >= got[0] and

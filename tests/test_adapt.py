@@ -210,4 +210,21 @@ def test_arm_switches_only_on_two_clearly_faster_tries():
     arm.times["b"].append(0.5)
     arm.decide(2)
     assert arm.current == "b" and arm.current.source == "adapted" and "a" in arm.due
-    assert arm.due["c"] >= 1 + adapt.MIN_INTERVAL  # not tried again at once
+    assert arm.due["c"] >= 1 + adapt.MIN_INTERVAL  # not tried again soon
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_rank_order_algorithms_give_the_same_bits(n):
+    """docs/algorithms.md, "Reproducible bits": the table of which algorithms
+    give numpy's rank-order bits (tests/order_check.py)."""
+    r = run_mpi(n, ["tests/order_check.py"], timeout=180)
+    assert "OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+def test_choice_copies_and_pickles():
+    import copy
+    import pickle
+    c = adapt.Choice("ring", "tuning", "why")
+    for d in (copy.deepcopy(c), pickle.loads(pickle.dumps(c))):
+        assert d == "ring" and d.source == "tuning" and d.why == "why"
+    assert json.dumps({"a": c}) == '{"a": "ring"}'

@@ -112,18 +112,21 @@ def _report(cfg, strat, model, n, steps, wall, every) -> dict:
 def _inter_host(cfg, model, comm, every, rep: dict) -> dict:
     """Bytes per step and rank to and from other hosts, beside the formula
     (claims.inter_traffic): the flat ring with ``--algorithm ring``, the
-    hierarchical algorithms with ``auto`` on the "hier" transport."""
+    hierarchical algorithms with ``auto`` on the "hier" transport where the
+    default does not adapt (COLLECTIVES_ADAPT=0: an adapting default runs
+    whichever is fastest, with no one formula)."""
     T, n, b = cfg.steps, comm.size, rep["bytes_per_element"]
     host_of = [int(h) for h in every[:, 7]]
     sent, recv = every[:, 5] / T, every[:, 6] / T
     conv = rep["traffic"]["convention"]
     measured = sent + recv if conv == "sent+recv" else sent
-    hier = comm.transport == "hier" and cfg.algorithm in (None, "auto")
+    auto = cfg.algorithm in (None, "auto")
+    hier = comm.transport == "hier" and auto and not comm.adaptive
     known = cfg.strategy == "ps" or hier or cfg.algorithm == "ring"
     pred = [claims.inter_traffic(cfg.strategy, host_of, model.n_params, b, r, cfg.accum, hier,
                                  cfg.staleness, T) if known else None for r in range(n)]
     return {"convention": conv, "host_of_rank": host_of,
-            "algorithms": "hierarchical" if hier else cfg.algorithm,
+            "algorithms": "hierarchical" if hier else "adaptive" if auto else cfg.algorithm,
             "measured_bytes_per_rank": measured.tolist(), "predicted_bytes_per_rank": pred,
             "sent_bytes_per_rank": sent.tolist(), "recv_bytes_per_rank": recv.tolist()}
 
