@@ -107,7 +107,11 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   (0.3) of timed loop per call and size, all rounds together (budget / R a
   round), at least 3 and at most 1000 calls a round; without ``-w`` each
   call's warm-up, before the first round, is 5 calls or about 0.02 s of
-  them, whichever is more, cut to about 0.2 s.
+  them, whichever is more, cut to about 0.2 s.  Where the default adapts
+  (``comm.adaptive``), its calls at a size first run untimed as many times
+  as its first tries take, two calls of every offered algorithm, and 8 more
+  (``runner.LEARN_EXTRA``): the figures are those of a program past its
+  first calls of that size.
 * The header gives one core's memcpy bandwidth (best ``np.copyto`` of a
   64 MiB buffer, bytes copied per second, other ranks idle), and the closing
   line the average busbw over the non-empty sizes and its fraction of it.

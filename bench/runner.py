@@ -104,6 +104,10 @@ def quiet_barrier(mpicomm, poll_s: float = 0.001) -> None:
         time.sleep(poll_s)
 
 
+# the default's calls at a size before its warm-up, beyond its first tries (_learn)
+LEARN_EXTRA = 8
+
+
 def mpi_supported(fn: Optional[Call], mpicomm) -> bool:
     """Whether every rank's MPI accepts the call (one untimed call; agreed by all)."""
     from mpi4py import MPI
@@ -174,6 +178,8 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
         cfn = case.copy()
         if cfn is not None:
             calls["copy"] = cfn
+        if None in s.algorithms:
+            _learn(case, calls["out", None], mpicomm)
         timed = clock.interleaved(calls, s)
         best = _fastest(timed, s.algorithms)
         for alg in s.algorithms:
@@ -190,6 +196,18 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
                 row.over_best = float(statistics.median(row.over_best_ratios))
             yield row
         del case, calls
+
+
+def _learn(case: Case, fn: Call, mpicomm) -> None:
+    """Before the default is timed at a size, let it learn: as many calls as
+    its first tries take (two of every offered algorithm; collectives/adapt.py)
+    and a few more, untimed.  Nothing where it does not adapt."""
+    comm = case.comm
+    if not getattr(comm, "adaptive", False):
+        return
+    mpicomm.Barrier()
+    for _ in range(2 * len(comm.algorithms(case.name)) + LEARN_EXTRA):
+        fn()
 
 
 def _fastest(timed: dict, algorithms: list[Optional[str]]) -> Optional[list[float]]:
