@@ -10,22 +10,27 @@ cost and moves to another algorithm when that one is clearly faster:
 - A size class is the sizes from 2^(b-1) to 2^b - 1 bytes; the array kind
   ("plain", "allocated", "device") is the one every rank passed since the
   last agreement ("plain" where they differ).
-- Each call of the class is timed on every rank.  The first calls try every
-  offered algorithm once, the current one first; after that each other
-  algorithm is tried again now and then: the closer it came to the current
-  one, the sooner (a close one every ``MIN_INTERVAL`` calls times the number
-  of others, so that all of them together are tried at most once in
-  ``MIN_INTERVAL`` calls; a slow one rarely, at most every ``MAX_INTERVAL``
-  calls), so that trying costs about ``BUDGET`` of the time and a machine
-  whose speed changes is followed.
-- After each such try the ranks agree on the facts: one small all-reduce
-  (max) of the last calls' times and of the array kinds.  The time of a
-  call is the slowest rank's.  Every rank then decides from the same
-  numbers, so every rank switches at the same call, whatever its own clock
-  said; no call runs different algorithms on different ranks.
-- It switches when another algorithm's median of its last tries is
-  ``MARGIN`` below the current one's median of its last calls, over at
-  least two tries.
+- The current algorithm runs its first ``FIRST_RUNS`` calls (the first
+  warms it up); then every other offered algorithm is tried: one call to
+  warm it up, ``FIRST_TRIES`` timed ones.  After that each other algorithm
+  is tried again now and then: the closer it came to the current one, the
+  sooner (a close one every ``MIN_INTERVAL`` calls times the number of
+  others, or more where an agreement would otherwise cost over
+  ``AGREE_SHARE`` of the calls' time; a slow one rarely, so that trying
+  costs about ``BUDGET`` of the time; at most ``MAX_INTERVAL`` calls apart),
+  so that a machine whose speed changes is followed.  Only the tries and
+  the ``WATCH`` calls before each are timed; the others just run.
+- After each try the ranks agree on the facts: one small all-reduce (max)
+  of the timed calls' clock readings and of the array kinds.  Where every
+  rank reads one clock (one machine) a call's time is from the last rank's
+  start to the last rank's end, else the longest rank's own time.  Every
+  rank then decides from the same numbers, so every rank switches at the
+  same call, whatever its own clock said; no call runs different
+  algorithms on different ranks.
+- It switches when another algorithm's median of its last ``TRIES`` tries
+  is ``MARGIN`` below the current one's median of its last ``RUNS`` calls;
+  a try that beats the current one is repeated at once to confirm it, and
+  after a switch the old choice is tried again ``CHECK_BACK`` calls later.
 
 The all-reduces that agree are bookkeeping: they are not counted in
 ``comm.traffic``.
@@ -54,6 +59,11 @@ MAX_INTERVAL = 2048  # and at most
 KEEP = 16            # calls' times shared at an agreement, at most
 TRIES = 3            # an algorithm's estimate: the median of its last tries
 RUNS = 9             # the current one's: the median of its last calls
+FIRST_RUNS = 4       # calls of the first choice before the first try (one warms up)
+FIRST_TRIES = 2      # timed tries of every other algorithm after its warm-up call
+CHECK_BACK = 4       # calls after a switch before the old choice is tried again
+WATCH = 8            # calls of the current one timed before each try
+AGREE_SHARE = 0.005  # of the calls' time spent agreeing, at most (tries spaced out)
 AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
 _KIND = {k: i for i, k in enumerate(selection.KINDS)}
 _NONE = (len(_KIND), -1)  # (lowest, highest) kind code before any call
@@ -98,67 +108,83 @@ class _Arm:
         self.current = first
         self.base = first
         self.times = {a: collections.deque(maxlen=RUNS) for a in [str(first)] + others}
-        # each other algorithm's next try: every one twice, straight away (the
-        # first try of each warms it up: its time is not kept)
-        self.due = {a: now + 1 + i for i, a in enumerate(others)}
+        # each other algorithm's first tries, after the first choice's first
+        # calls: a call that warms it up (its time is not kept, see cold), then
+        # FIRST_TRIES timed ones straight after (decide)
+        self.due = {a: now + i for i, a in enumerate(others)}
         self.cold = set(self.times)
-        self.runs = 0  # of the current algorithm since the last agreement
         self.name = str(first)  # the current algorithm's name, as a plain str
+        self.fresh = 0          # its calls since it became the current one
         self.next_at = 0        # the earliest due call (0: look)
+        self.watch_at = 0       # calls from here on are timed (WATCH before next_at)
+        self.confirms: dict[str, int] = {}  # tries again at once, to confirm a fast one
 
     def pick(self, count: int) -> tuple[str, bool]:
         """The algorithm call ``count`` runs, and whether it is a try (a try
-        leaves the schedule until ``decide`` puts it back)."""
+        leaves the schedule until ``decide`` puts it back).  The current
+        algorithm's first FIRST_RUNS calls come before any try."""
+        if self.fresh < FIRST_RUNS:
+            self.fresh += 1
+            return self.name, False
         if count >= self.next_at:
-            if self.due and (self.times[self.name] or self.runs >= 3):
+            if self.due:
                 a = min(self.due, key=lambda x: (self.due[x], x))
                 if self.due[a] <= count:
                     del self.due[a]
                     return a, True
                 self.next_at = self.due[a]
-            elif not self.due:
+            else:
                 self.next_at = 1 << 62
-        self.runs += 1
+            self.watch_at = self.next_at - WATCH
         return self.name, False
 
     def estimate(self, a: str) -> Optional[float]:
-        t = list(self.times[a])
-        if not t:
-            return None
-        return statistics.median(t if a == self.current else t[-TRIES:])
+        """The current algorithm's median over its last RUNS calls (None
+        before FIRST_RUNS - 1 of them); another's over its last TRIES tries
+        (None before FIRST_TRIES)."""
+        t = self.times[a]
+        if a == self.name:
+            return statistics.median(t) if len(t) >= FIRST_RUNS - 1 else None
+        return statistics.median(list(t)[-TRIES:]) if len(t) >= FIRST_TRIES else None
 
-    def decide(self, count: int) -> None:
-        """After an agreement (the calls so far: ``count``): switch where
-        another is clearly faster, and schedule the next try of every
-        algorithm not scheduled."""
-        cur = self.estimate(str(self.current))
+    def decide(self, count: int, agree_s: float = 0.0) -> None:
+        """After an agreement (the calls so far: ``count``; ``agree_s``: how
+        long an agreement takes): switch where another is clearly faster, and
+        schedule the next try of every algorithm not scheduled."""
+        cur = self.estimate(self.name)
         best, best_t = None, None
         for a in self.times:
             t = self.estimate(a)
-            if a != self.current and t is not None and (best_t is None or t < best_t):
+            if a != self.name and t is not None and (best_t is None or t < best_t):
                 best, best_t = a, t
         if cur is not None and best is not None and best_t < cur * (1 - MARGIN):
-            if len(self.times[best]) >= 2:
-                old = str(self.current)
-                self.current = self.base if best == self.base else Choice(best, "adapted")
-                self.name = best
-                self.due.pop(best, None)
-                self.due[old] = count + MIN_INTERVAL
-                cur = best_t
-            else:
-                self.due[best] = count  # once more, to confirm it
+            old = self.name
+            self.current = self.base if best == self.base else Choice(best, "adapted")
+            self.name = best
+            self.fresh = 0
+            self.due.pop(best, None)
+            self.due[old] = count + CHECK_BACK
+            cur = best_t
         others = len(self.times) - 1
+        # calls between two tries, at least: MIN_INTERVAL, and enough that the
+        # agreements cost at most AGREE_SHARE of the calls' time
+        least = MIN_INTERVAL if cur is None else \
+            max(MIN_INTERVAL, int(agree_s / (AGREE_SHARE * max(cur, 1e-9))))
         for a in self.times:
-            if a == self.current or a in self.due:
+            if a == self.name or a in self.due:
                 continue
-            t = self.estimate(a)
-            if t is None or cur is None:  # warmed up only, or nothing to compare: again
+            t, times = self.estimate(a), self.times[a]
+            if t is None or cur is None:  # its first tries, or the current one's first calls
                 self.due[a] = count
-                continue
-            ratio = t / max(cur, 1e-12)
-            gap = int((ratio - 1) * others / BUDGET) if ratio > 1 else 0
-            self.due[a] = count + min(MAX_INTERVAL, max(MIN_INTERVAL * others, gap))
-        self.next_at = 0  # the schedule changed: look again
+            elif times[-1] < cur * (1 - MARGIN) and self.confirms.get(a, 0) < TRIES - 1:
+                self.due[a] = count  # its last try beat the current: confirm it
+                self.confirms[a] = self.confirms.get(a, 0) + 1
+            else:
+                self.confirms.pop(a, None)
+                ratio = t / max(cur, 1e-12)
+                gap = int((ratio - 1) * others / BUDGET) if ratio > 1 else 0
+                self.due[a] = count + min(MAX_INTERVAL, max(least * others, gap))
+        self.next_at = self.watch_at = 0  # the schedule changed: look again
 
 
 class _Class:
@@ -169,10 +195,12 @@ class _Class:
         self.count = 0
         self.kind: Optional[str] = None
         self.lo, self.hi = _NONE   # this rank's kind codes since the last agreement
-        # (arm, algorithm, seconds) of the calls since the last agreement
+        # (arm, algorithm, start, end) of the calls since the last agreement
         self.recent: collections.deque = collections.deque(maxlen=KEEP)
         self.arms: dict[str, _Arm] = {}
         self.next_agree = 0
+        self.last_agree_s = 0.0  # this rank's time in the last agreement
+        self.agree_s = 0.0       # the longest rank's, as last agreed
 
     def note(self, kind: str) -> None:
         k = _KIND[kind]
@@ -183,17 +211,24 @@ class Chooser:
     """A communicator's default choices.  ``where``: its ranks and transport
     (selection.Where); ``offered``: call -> the algorithms offered here;
     ``tuning``: a fitting tuning file or None; ``adapt``: adaptation on;
-    ``agree(vec)``: the all-reduce (max, in place) of a float64 vector among
-    the ranks, run on the call's endpoint; ``counted()``/``uncount(before)``
-    keep the agreements out of the traffic counters."""
+    ``one_clock``: every rank reads the same clock (one machine), so that a
+    call's time is from the last rank's start to the last rank's end;
+    elsewhere it is the longest of the ranks' own times.  ``clock``: the
+    clock.  ``run`` takes ``agree(ep, vec)``: the all-reduce (max, in place)
+    of a float64 vector among the ranks, on the call's endpoint."""
 
     def __init__(self, where: selection.Where, offered: dict, tuning=None,
-                 adapt: bool = True, clock: Callable[[], float] = time.perf_counter):
+                 adapt: bool = True, one_clock: bool = False,
+                 clock: Callable[[], float] = time.perf_counter):
         self.where = where
         self.offered = offered
         self.tuning = tuning
         self.adapt = adapt and where.size > 1
+        self.one_clock = one_clock
         self.clock = clock
+        # calls whose choice stays the table's: the barrier but on "hier" (one
+        # round, or log2 N; a few microseconds a call, which timing would add to)
+        self._still = frozenset() if where.hier else frozenset({"barrier"})
         self.classes: dict[tuple[str, int], _Class] = {}
         self._bases: dict = {}
         self._matters: dict = {}
@@ -234,7 +269,7 @@ class Chooser:
         """What the next call of ``call`` on ``kind`` arrays of ``nbytes``
         runs, tries aside (``comm.choose_algorithm``)."""
         cls = self.classes.get((call, size_class(nbytes)))
-        if self.adapt and cls is not None and kind in cls.arms:
+        if self.adapt and call not in self._still and cls is not None and kind in cls.arms:
             arm = cls.arms[kind]
             if arm.current is not arm.base:
                 return arm.current
@@ -246,7 +281,7 @@ class Chooser:
         """Run ``call``'s default on ``ep`` (in the communicator's order, on
         every rank alike); returns the algorithm's name."""
         family = FAMILIES[call]
-        if not self.adapt:
+        if not self.adapt or call in self._still:
             name = self._fixed(call, nbytes, kind, ep, agree)
             if self.history is not None:
                 self.history.append((call, name))
@@ -268,17 +303,24 @@ class Chooser:
             first = self.base(call, nbytes, cls.kind)
             others = [a for a in self.offered[call] if a != first]
             arm = cls.arms[cls.kind] = _Arm(first, others, cls.count)
-        name, trying = arm.pick(cls.count)
+        count = cls.count
+        cls.count = count + 1
+        if count < arm.watch_at:  # far from the next try: run, untimed
+            name = arm.name
+            if self.history is not None:
+                self.history.append((call, name))
+            family.run(name, ep, *args)
+            return name
+        name, trying = arm.pick(count)
         if self.history is not None:
             self.history.append((call, name))
         clock = self.clock
         t0 = clock()
         family.run(name, ep, *args)
-        cls.recent.append((arm, name, clock() - t0))
-        cls.count += 1
+        cls.recent.append((arm, name, t0, clock()))
         if trying:
             self._agree(cls, ep, agree)
-            arm.decide(cls.count)
+            arm.decide(cls.count, cls.agree_s)
         return name
 
     def _fixed(self, call: str, nbytes: int, kind: str, ep, agree) -> str:
@@ -300,20 +342,30 @@ class Chooser:
 
     def _agree(self, cls: _Class, ep, agree) -> None:
         """Share this rank's recent call times and kinds; every rank then
-        holds the slowest rank's times and the common kind."""
+        holds the same times (one clock: from the last rank's start to the
+        last rank's end of each call; else the longest rank's time) and the
+        common kind."""
         recent = list(cls.recent)
-        vec = np.empty(2 + len(recent), np.float64)
-        vec[0], vec[1] = -cls.lo, cls.hi
-        vec[2:] = [t for _, _, t in recent]
+        m = len(recent)
+        if self.one_clock:
+            vec = np.empty(3 + 2 * m, np.float64)
+            vec[3:3 + m] = [t0 for _, _, t0, _ in recent]
+            vec[3 + m:] = [t1 for _, _, _, t1 in recent]
+        else:
+            vec = np.empty(3 + m, np.float64)
+            vec[3:] = [t1 - t0 for _, _, t0, t1 in recent]
+        vec[0], vec[1], vec[2] = -cls.lo, cls.hi, cls.last_agree_s
+        start = time.perf_counter()
         agree(ep, vec)
+        cls.last_agree_s = time.perf_counter() - start  # shared at the next agreement
         lo, hi = int(-vec[0]), int(vec[1])
         cls.kind = selection.KINDS[lo] if lo == hi else "plain"
-        for (arm, name, _), t in zip(recent, vec[2:]):
+        cls.agree_s = float(vec[2])
+        took = vec[3 + m:] - vec[3:3 + m] if self.one_clock else vec[3:]
+        for (arm, name, _, _), t in zip(recent, took):
             if name in arm.cold:  # its first call: warming up, not kept
                 arm.cold.discard(name)
             else:
                 arm.times[name].append(float(t))
         cls.recent.clear()
         cls.lo, cls.hi = _NONE
-        for arm in cls.arms.values():
-            arm.runs = 0

@@ -95,7 +95,8 @@ class Communicator(HostsInfo):
                                    warn and self.rank == 0)
         where = selection.Where(self.size, self._shared, self._one_copy, caps.hier,
                                 hosts.equal, hosts.local_size)
-        self._choose = Chooser(where, self._tables, fits, runtime.adapting(fits))
+        self._choose = Chooser(where, self._tables, fits, runtime.adapting(fits),
+                               one_clock=all(hosts.local))
         self._uncounted = Traffic()  # the agreements of adaptation (adapt.py)
         # all_reduce of up to this many bytes skips the scheduling (see there)
         self._small = selection.SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \

@@ -42,6 +42,7 @@ def main(mode: str, calls: int) -> None:
     r, n = comm.rank, comm.size
     ch = comm._choose
     ch.history = []
+    ch.one_clock = False  # each rank's made-up clock is its own
     if mode == "random":
         rng = np.random.default_rng(1000 + r)
         ch.clock = FakeClock(ch.history, lambda alg: float(rng.uniform(1e-3, 1e-2)))

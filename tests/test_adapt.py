@@ -195,22 +195,38 @@ def test_choice_carries_its_source():
     assert "adapted" in repr(c)
 
 
-def test_arm_switches_only_on_two_clearly_faster_tries():
-    """The decision rule alone: one fast try asks for a second; two switch;
-    a candidate within the margin never takes over."""
+def test_arm_switches_only_on_clearly_faster_tries():
+    """The decision rule alone: a fast try is confirmed at once, two switch; a
+    candidate within the margin never takes over; the old choice is tried
+    again soon after a switch."""
     arm = adapt._Arm(adapt.Choice("a", "table"), ["b", "c"], 0)
     arm.cold.clear()
+    arm.due = {}  # every first try done
+    arm.fresh = adapt.FIRST_RUNS
     arm.times["a"].extend([1.0] * 9)
     arm.times["b"].append(0.5)
-    arm.times["c"].append(0.95)
-    arm.due = {}  # both just tried
-    arm.decide(1)
-    assert arm.current == "a" and arm.due["b"] == 1  # confirm b first
-    assert arm.pick(1) == ("b", True)
+    arm.times["c"].extend([0.95, 0.95])
+    arm.decide(10)
+    assert arm.current == "a" and arm.due["b"] == 10  # b's second try, at once
+    assert arm.due["c"] >= 10 + adapt.MIN_INTERVAL  # within the margin: later
+    assert arm.pick(10) == ("b", True)
     arm.times["b"].append(0.5)
-    arm.decide(2)
-    assert arm.current == "b" and arm.current.source == "adapted" and "a" in arm.due
-    assert arm.due["c"] >= 1 + adapt.MIN_INTERVAL  # not tried again soon
+    arm.decide(11)
+    assert arm.current == "b" and arm.current.source == "adapted"
+    assert arm.due["a"] == 11 + adapt.CHECK_BACK
+    arm.times["b"].extend([0.5] * 3)
+    arm.times["a"].append(0.55)  # tried again: no better than b
+    del arm.due["a"]
+    arm.decide(16)
+    assert arm.current == "b" and arm.due["a"] > 16
+
+
+def test_arm_first_calls_then_every_algorithm_twice():
+    """A new arm runs its first choice FIRST_RUNS times, then tries each other
+    algorithm: a call to warm up, then FIRST_TRIES timed ones."""
+    arm = adapt._Arm(adapt.Choice("a", "table"), ["b", "c"], 0)
+    assert [arm.pick(i) for i in range(adapt.FIRST_RUNS)] == [("a", False)] * adapt.FIRST_RUNS
+    assert arm.pick(adapt.FIRST_RUNS) == ("b", True)
 
 
 @pytest.mark.parametrize("n", [3, 4])
