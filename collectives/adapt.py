@@ -4,15 +4,18 @@ and adaptation at run time (docs/algorithms.md, "How the default is chosen").
 ``algorithm=None`` starts from the tuning file's rule where one is loaded
 and fits, else from the built-in table (selection.py).  With adaptation on
 (the default; ``COLLECTIVES_ADAPT=0`` or ``COLLECTIVES_DETERMINISTIC=1``
-turn it off), each (collective, size class, array kind) keeps what its calls
+turn it off), each (collective, size class, form) keeps what its calls
 cost and moves to another algorithm when that one is clearly faster:
 
-- A size class is the sizes from 2^(b-1) to 2^b - 1 bytes; the array kind
-  ("plain", "allocated", "device") is the one every rank passed since the
-  last agreement ("plain" where they differ).
+- A size class is the sizes from 2^(b-1) to 2^b - 1 bytes; the form is the
+  array kind ("plain", "allocated", "device") and whether the call is in
+  place, as every rank passed since the last agreement ("plain", not in
+  place, where they differ).  Each form has its own measurements (an
+  in-place all_to_all and an out-of-place one favour different algorithms).
 - The current algorithm runs its first ``FIRST_RUNS`` calls (the first
-  warms it up); then every other offered algorithm is tried: one call to
-  warm it up, ``FIRST_TRIES`` timed ones.  After that each other algorithm
+  warms it up); then every other offered algorithm is tried
+  ``FIRST_TRIES`` times, a try being ``BURST`` calls in a row of which the
+  last is timed (in the state its own calls leave).  After that each other algorithm
   is tried again now and then: the closer it came to the current one, the
   sooner (a close one every ``MIN_INTERVAL`` calls times the number of
   others, or more where an agreement would otherwise cost over
@@ -63,10 +66,13 @@ FIRST_RUNS = 4       # calls of the first choice before the first try (one warms
 FIRST_TRIES = 2      # timed tries of every other algorithm after its warm-up call
 CHECK_BACK = 4       # calls after a switch before the old choice is tried again
 WATCH = 8            # calls of the current one timed before each try
+BURST = 2            # calls of a try in a row (the first warms it up, untimed)
+RUN, WARM, TRY = 0, 1, 2  # what a call is (_Arm.pick)
 AGREE_SHARE = 0.005  # of the calls' time spent agreeing, at most (tries spaced out)
 AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
 _KIND = {k: i for i, k in enumerate(selection.KINDS)}
-_NONE = (len(_KIND), -1)  # (lowest, highest) kind code before any call
+_FORMS = 2 * len(_KIND)  # form codes: the kind's index, + len(KINDS) in place
+_NONE = (_FORMS, -1)      # (lowest, highest) form code before any call
 
 
 def flag(name: str, default: bool) -> bool:
@@ -108,35 +114,45 @@ class _Arm:
         self.current = first
         self.base = first
         self.times = {a: collections.deque(maxlen=RUNS) for a in [str(first)] + others}
-        # each other algorithm's first tries, after the first choice's first
-        # calls: a call that warms it up (its time is not kept, see cold), then
-        # FIRST_TRIES timed ones straight after (decide)
+        # each other algorithm's first FIRST_TRIES tries, after the first
+        # choice's first calls (the first of which warms it up: cold)
         self.due = {a: now + i for i, a in enumerate(others)}
-        self.cold = set(self.times)
+        self.cold = {str(first)}
+        self.burst: Optional[tuple[str, int]] = None  # a try under way: (name, calls left)
         self.name = str(first)  # the current algorithm's name, as a plain str
         self.fresh = 0          # its calls since it became the current one
         self.next_at = 0        # the earliest due call (0: look)
         self.watch_at = 0       # calls from here on are timed (WATCH before next_at)
         self.confirms: dict[str, int] = {}  # tries again at once, to confirm a fast one
 
-    def pick(self, count: int) -> tuple[str, bool]:
-        """The algorithm call ``count`` runs, and whether it is a try (a try
-        leaves the schedule until ``decide`` puts it back).  The current
-        algorithm's first FIRST_RUNS calls come before any try."""
+    def pick(self, count: int) -> tuple[str, int]:
+        """The algorithm call ``count`` runs, and what it is: RUN (the current
+        one), WARM (a try's first calls, untimed) or TRY (a try's timed call,
+        after which the ranks agree and ``decide`` puts it back on the
+        schedule).  A try is BURST calls in a row, so that it is timed in the
+        state its own calls leave (caches, pages), not the current one's.
+        The current algorithm's first FIRST_RUNS calls come before any try."""
+        if self.burst is not None:
+            a, left = self.burst
+            self.burst = (a, left - 1) if left > 1 else None
+            return a, (WARM if left > 1 else TRY)
         if self.fresh < FIRST_RUNS:
             self.fresh += 1
-            return self.name, False
+            return self.name, RUN
         if count >= self.next_at:
             if self.due:
                 a = min(self.due, key=lambda x: (self.due[x], x))
                 if self.due[a] <= count:
                     del self.due[a]
-                    return a, True
+                    if BURST > 1:
+                        self.burst = (a, BURST - 1)
+                        return a, WARM
+                    return a, TRY
                 self.next_at = self.due[a]
             else:
                 self.next_at = 1 << 62
             self.watch_at = self.next_at - WATCH
-        return self.name, False
+        return self.name, RUN
 
     def estimate(self, a: str) -> Optional[float]:
         """The current algorithm's median over its last RUNS calls (None
@@ -182,19 +198,20 @@ class _Arm:
             else:
                 self.confirms.pop(a, None)
                 ratio = t / max(cur, 1e-12)
-                gap = int((ratio - 1) * others / BUDGET) if ratio > 1 else 0
+                gap = int((ratio - 1) * others * BURST / BUDGET) if ratio > 1 else 0
                 self.due[a] = count + min(MAX_INTERVAL, max(least * others, gap))
         self.next_at = self.watch_at = 0  # the schedule changed: look again
 
 
 class _Class:
-    """One (collective, size class): its calls so far, the kind the ranks
-    last agreed on, the calls since that agreement, and an arm per kind."""
+    """One (collective, size class): its calls so far, the form the ranks
+    last agreed on (the array kind, and whether in place), the calls since
+    that agreement, and an arm per form."""
 
     def __init__(self):
         self.count = 0
-        self.kind: Optional[str] = None
-        self.lo, self.hi = _NONE   # this rank's kind codes since the last agreement
+        self.form: Optional[int] = None  # the form the ranks last agreed on
+        self.lo, self.hi = _NONE   # this rank's form codes since the last agreement
         # (arm, algorithm, start, end) of the calls since the last agreement
         self.recent: collections.deque = collections.deque(maxlen=KEEP)
         self.arms: dict[str, _Arm] = {}
@@ -202,9 +219,8 @@ class _Class:
         self.last_agree_s = 0.0  # this rank's time in the last agreement
         self.agree_s = 0.0       # the longest rank's, as last agreed
 
-    def note(self, kind: str) -> None:
-        k = _KIND[kind]
-        self.lo, self.hi = min(self.lo, k), max(self.hi, k)
+    def note(self, form: int) -> None:
+        self.lo, self.hi = min(self.lo, form), max(self.hi, form)
 
 
 class Chooser:
@@ -269,20 +285,22 @@ class Chooser:
         """What the next call of ``call`` on ``kind`` arrays of ``nbytes``
         runs, tries aside (``comm.choose_algorithm``)."""
         cls = self.classes.get((call, size_class(nbytes)))
-        if self.adapt and call not in self._still and cls is not None and kind in cls.arms:
-            arm = cls.arms[kind]
-            if arm.current is not arm.base:
+        if self.adapt and call not in self._still and cls is not None:
+            arm = cls.arms.get(_KIND[kind]) or cls.arms.get(_KIND[kind] + len(_KIND))
+            if arm is not None and arm.current is not arm.base:
                 return arm.current
         return self.base(call, nbytes, kind)
 
     # -- a call -------------------------------------------------------------
-    def run(self, call: str, nbytes: int, kind: str, ep, args: tuple,
+    def run(self, call: str, nbytes: int, kind: str, in_place: bool, ep, args: tuple,
             agree: Callable[[object, np.ndarray], None]) -> str:
         """Run ``call``'s default on ``ep`` (in the communicator's order, on
-        every rank alike); returns the algorithm's name."""
+        every rank alike) for ``kind`` arrays, ``in_place`` or not; returns
+        the algorithm's name."""
         family = FAMILIES[call]
+        form = _KIND[kind] + (len(_KIND) if in_place else 0)
         if not self.adapt or call in self._still:
-            name = self._fixed(call, nbytes, kind, ep, agree)
+            name = self._fixed(call, nbytes, kind, form, ep, agree)
             if self.history is not None:
                 self.history.append((call, name))
             family.run(name, ep, *args)
@@ -291,18 +309,17 @@ class Chooser:
         cls = self.classes.get(key)
         if cls is None:
             cls = self.classes[key] = _Class()
-        k = _KIND[kind]
-        if k < cls.lo:
-            cls.lo = k
-        if k > cls.hi:
-            cls.hi = k
-        if cls.kind is None:
+        if form < cls.lo:
+            cls.lo = form
+        if form > cls.hi:
+            cls.hi = form
+        if cls.form is None:
             self._agree(cls, ep, agree)
-        arm = cls.arms.get(cls.kind)
+        arm = cls.arms.get(cls.form)
         if arm is None:
-            first = self.base(call, nbytes, cls.kind)
+            first = self.base(call, nbytes, selection.KINDS[cls.form % len(_KIND)])
             others = [a for a in self.offered[call] if a != first]
-            arm = cls.arms[cls.kind] = _Arm(first, others, cls.count)
+            arm = cls.arms[cls.form] = _Arm(first, others, cls.count)
         count = cls.count
         cls.count = count + 1
         if count < arm.watch_at:  # far from the next try: run, untimed
@@ -311,19 +328,20 @@ class Chooser:
                 self.history.append((call, name))
             family.run(name, ep, *args)
             return name
-        name, trying = arm.pick(count)
+        name, what = arm.pick(count)
         if self.history is not None:
             self.history.append((call, name))
         clock = self.clock
         t0 = clock()
         family.run(name, ep, *args)
-        cls.recent.append((arm, name, t0, clock()))
-        if trying:
+        if what != WARM:
+            cls.recent.append((arm, name, t0, clock()))
+        if what == TRY:
             self._agree(cls, ep, agree)
             arm.decide(cls.count, cls.agree_s)
         return name
 
-    def _fixed(self, call: str, nbytes: int, kind: str, ep, agree) -> str:
+    def _fixed(self, call: str, nbytes: int, kind: str, form: int, ep, agree) -> str:
         """Adaptation off: the base choice, for the kind the ranks agreed on
         where the choice depends on it (agreed at the first call of the size
         class and every AGREE_KIND_EVERY calls after)."""
@@ -333,12 +351,12 @@ class Chooser:
         cls = self.classes.get(key)
         if cls is None:
             cls = self.classes[key] = _Class()
-        cls.note(kind)
+        cls.note(form)
         if cls.count >= cls.next_agree:
             self._agree(cls, ep, agree)
             cls.next_agree = cls.count + AGREE_KIND_EVERY
         cls.count += 1
-        return self.base(call, nbytes, cls.kind)
+        return self.base(call, nbytes, selection.KINDS[cls.form % len(_KIND)])
 
     def _agree(self, cls: _Class, ep, agree) -> None:
         """Share this rank's recent call times and kinds; every rank then
@@ -359,7 +377,7 @@ class Chooser:
         agree(ep, vec)
         cls.last_agree_s = time.perf_counter() - start  # shared at the next agreement
         lo, hi = int(-vec[0]), int(vec[1])
-        cls.kind = selection.KINDS[lo] if lo == hi else "plain"
+        cls.form = lo if lo == hi else 0  # plain, not in place, where the ranks differ
         cls.agree_s = float(vec[2])
         took = vec[3 + m:] - vec[3:3 + m] if self.one_clock else vec[3:]
         for (arm, name, _, _), t in zip(recent, took):

@@ -167,12 +167,14 @@ class Communicator(HostsInfo):
         if self._closed:
             raise ValueError(f"{call}: the communicator is closed")
 
-    def _pick(self, call: str, algorithm, nbytes: int, a=None) -> tuple[str | None, Callable]:
+    def _pick(self, call: str, algorithm, nbytes: int, a=None, o=None
+              ) -> tuple[str | None, Callable]:
         """The algorithm ``call`` runs: its name (for the debug signature; None
         for the default) and ``run(ep, *args)`` (collectives/algorithm.py: one
         shape per family; a communicator of one rank runs the family's
         ``alone``).  The default is chosen when the call runs, in order
-        (adapt.py); ``a``: the array whose kind it takes into account."""
+        (adapt.py); ``a``: the array whose kind it takes into account, ``o``
+        the result array (the call is in place where they overlap)."""
         family = FAMILIES[call]
         name = v.algorithm(call, algorithm, self._tables[call], family)
         if nbytes == 0 and call != "barrier":
@@ -185,8 +187,10 @@ class Communicator(HostsInfo):
         if name is not None:
             return name, lambda ep, *args: family.run(name, ep, *args)
         kind = self._kind(a)
+        in_place = o is not None and kind != "device" and (o is a or np.may_share_memory(a, o))
         choose = self._choose
-        return None, lambda ep, *args: choose.run(call, nbytes, kind, ep, args, self._agree)
+        return None, lambda ep, *args: choose.run(call, nbytes, kind, in_place, ep, args,
+                                                  self._agree)
 
     def _kind(self, a) -> str:
         """The array kind of ``a`` (selection.KINDS)."""
@@ -312,7 +316,7 @@ class Communicator(HostsInfo):
         c = "gather"
         self._open(c)
         root, out = args.gather(x, out, root, *self._where)
-        name, alg = self._pick(c, algorithm, x.nbytes, x)
+        name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         of = None if out is None else out.reshape(-1)
         return self._move(c, alg, (x.reshape(-1), of, root), out, async_op,
                           (x.size, x.dtype, None, root, name), x)
@@ -330,7 +334,7 @@ class Communicator(HostsInfo):
             out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         else:
             out = None
-        name, alg = self._pick(c, algorithm, x.nbytes, x)
+        name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         of = None if out is None else out.reshape(-1)
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
         uf = REDUCERS[o]
@@ -350,7 +354,7 @@ class Communicator(HostsInfo):
         self._open(c)
         v.array(c, "x", x, device=self._device)
         out = args.rows(c, x, out, *self._where)  # x may be out[rank] (in place)
-        name, alg = self._pick(c, algorithm, x.nbytes, x)
+        name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         return self._move(c, alg, (x.reshape(-1), out.reshape(-1)), out, async_op,
                           (x.size, x.dtype, None, None, name), x)
 
@@ -363,7 +367,7 @@ class Communicator(HostsInfo):
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
         out = args.reduce_scatter_out(x, out, *self._where)  # out may be x[rank] (in place)
-        name, alg = self._pick(c, algorithm, x.nbytes, x)
+        name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
 
         def body(ep):
@@ -381,7 +385,7 @@ class Communicator(HostsInfo):
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
-        name, alg = self._pick(c, algorithm, x.nbytes, x)
+        name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         of = out.reshape(-1)
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
         return self._move(c, alg, (xf, of), out, async_op,
@@ -414,7 +418,7 @@ class Communicator(HostsInfo):
         nb = x.nbytes
         if self._small and isinstance(x, np.ndarray):
             self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype))
-        name, alg = self._pick(c, algorithm, nb, x)
+        name, alg = self._pick(c, algorithm, nb, x, out)
         of, uf = out.reshape(-1), REDUCERS[o]
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
 

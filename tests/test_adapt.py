@@ -209,7 +209,7 @@ def test_arm_switches_only_on_clearly_faster_tries():
     arm.decide(10)
     assert arm.current == "a" and arm.due["b"] == 10  # b's second try, at once
     assert arm.due["c"] >= 10 + adapt.MIN_INTERVAL  # within the margin: later
-    assert arm.pick(10) == ("b", True)
+    assert arm.pick(10) == ("b", adapt.WARM) and arm.pick(11) == ("b", adapt.TRY)
     arm.times["b"].append(0.5)
     arm.decide(11)
     assert arm.current == "b" and arm.current.source == "adapted"
@@ -223,10 +223,10 @@ def test_arm_switches_only_on_clearly_faster_tries():
 
 def test_arm_first_calls_then_every_algorithm_twice():
     """A new arm runs its first choice FIRST_RUNS times, then tries each other
-    algorithm: a call to warm up, then FIRST_TRIES timed ones."""
+    algorithm, a try being BURST calls in a row (the first untimed)."""
     arm = adapt._Arm(adapt.Choice("a", "table"), ["b", "c"], 0)
-    assert [arm.pick(i) for i in range(adapt.FIRST_RUNS)] == [("a", False)] * adapt.FIRST_RUNS
-    assert arm.pick(adapt.FIRST_RUNS) == ("b", True)
+    assert [arm.pick(i) for i in range(adapt.FIRST_RUNS)] == [("a", adapt.RUN)] * adapt.FIRST_RUNS
+    assert arm.pick(adapt.FIRST_RUNS) == ("b", adapt.WARM)
 
 
 @pytest.mark.parametrize("n", [3, 4])
