@@ -56,7 +56,7 @@ ADAPT_ENV = "COLLECTIVES_ADAPT"
 DETERMINISTIC_ENV = "COLLECTIVES_DETERMINISTIC"
 
 MARGIN = 0.10        # another algorithm must be this much faster to take over
-BUDGET = 0.02        # of the calls' time spent trying slower algorithms
+BUDGET = 0.005       # of the calls' time spent trying slower algorithms
 MIN_INTERVAL = 32    # calls per try, at least, all the other algorithms together
 MAX_INTERVAL = 2048  # and at most
 KEEP = 16            # calls' times shared at an agreement, at most
@@ -68,7 +68,7 @@ CHECK_BACK = 4       # calls after a switch before the old choice is tried again
 WATCH = 8            # calls of the current one timed before each try
 BURST = 2            # calls of a try in a row (the first warms it up, untimed)
 RUN, WARM, TRY = 0, 1, 2  # what a call is (_Arm.pick)
-AGREE_SHARE = 0.005  # of the calls' time spent agreeing, at most (tries spaced out)
+AGREE_SHARE = 0.003  # of the calls' time spent agreeing, at most (tries spaced out)
 AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
 _KIND = {k: i for i, k in enumerate(selection.KINDS)}
 _FORMS = 2 * len(_KIND)  # form codes: the kind's index, + len(KINDS) in place
