@@ -24,14 +24,18 @@ cost and moves to another algorithm when that one is clearly faster:
   so that a machine whose speed changes is followed.  Only the tries and
   the ``WATCH`` calls before each are timed; the others just run.
 - After each try the ranks agree on the facts: one small all-reduce (max)
-  of the timed calls' clock readings and of the array kinds.  Where every
-  rank reads one clock (one machine) a call's time is from the last rank's
-  start to the last rank's end, else the longest rank's own time.  Every
+  of the timed calls' clock readings and of the array kinds.  Each run of
+  calls of one algorithm (the current one's calls before a try, a try's
+  timed calls) gives one figure: where every rank reads one clock (one
+  machine), the time from the last rank's start of the first call to the
+  last rank's end of the last, per call, which counts what ranks that run
+  ahead into the next call cost the others; else the mean of the longest
+  rank's own times.  Every
   rank then decides from the same numbers, so every rank switches at the
   same call, whatever its own clock said; no call runs different
   algorithms on different ranks.
 - It switches when another algorithm's median of its last ``TRIES`` tries
-  is ``MARGIN`` below the current one's median of its last ``RUNS`` calls;
+  is ``MARGIN`` below the current one's median of its last ``RUNS`` figures;
   a try that beats the current one is repeated at once to confirm it, and
   after a switch the old choice is tried again ``CHECK_BACK`` calls later.
 
@@ -66,8 +70,8 @@ FIRST_RUNS = 4       # calls of the first choice before the first try (one warms
 FIRST_TRIES = 2      # timed tries of every other algorithm after its warm-up call
 CHECK_BACK = 4       # calls after a switch before the old choice is tried again
 WATCH = 8            # calls of the current one timed before each try
-BURST = 2            # calls of a try in a row (the first warms it up, untimed)
-RUN, WARM, TRY = 0, 1, 2  # what a call is (_Arm.pick)
+BURST = 3            # calls of a try in a row (the first warms it up, untimed)
+RUN, WARM, TIMED, TRY = 0, 1, 2, 3  # what a call is (_Arm.pick)
 AGREE_SHARE = 0.003  # of the calls' time spent agreeing, at most (tries spaced out)
 AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
 _KIND = {k: i for i, k in enumerate(selection.KINDS)}
@@ -127,15 +131,15 @@ class _Arm:
 
     def pick(self, count: int) -> tuple[str, int]:
         """The algorithm call ``count`` runs, and what it is: RUN (the current
-        one), WARM (a try's first calls, untimed) or TRY (a try's timed call,
-        after which the ranks agree and ``decide`` puts it back on the
-        schedule).  A try is BURST calls in a row, so that it is timed in the
+        one), WARM (a try's first call, untimed), TIMED (a try's next ones)
+        or TRY (a try's last, after which the ranks agree and ``decide`` puts
+        it back on the schedule).  A try is BURST calls in a row, so that it is timed in the
         state its own calls leave (caches, pages), not the current one's.
         The current algorithm's first FIRST_RUNS calls come before any try."""
         if self.burst is not None:
             a, left = self.burst
             self.burst = (a, left - 1) if left > 1 else None
-            return a, (WARM if left > 1 else TRY)
+            return a, (TIMED if left > 1 else TRY)
         if self.fresh < FIRST_RUNS:
             self.fresh += 1
             return self.name, RUN
@@ -155,12 +159,12 @@ class _Arm:
         return self.name, RUN
 
     def estimate(self, a: str) -> Optional[float]:
-        """The current algorithm's median over its last RUNS calls (None
-        before FIRST_RUNS - 1 of them); another's over its last TRIES tries
-        (None before FIRST_TRIES)."""
+        """The current algorithm's median over its last RUNS figures (one a
+        run of calls before a try); another's over its last TRIES tries (None
+        before FIRST_TRIES)."""
         t = self.times[a]
         if a == self.name:
-            return statistics.median(t) if len(t) >= FIRST_RUNS - 1 else None
+            return statistics.median(t) if t else None
         return statistics.median(list(t)[-TRIES:]) if len(t) >= FIRST_TRIES else None
 
     def decide(self, count: int, agree_s: float = 0.0) -> None:
@@ -227,9 +231,9 @@ class Chooser:
     """A communicator's default choices.  ``where``: its ranks and transport
     (selection.Where); ``offered``: call -> the algorithms offered here;
     ``tuning``: a fitting tuning file or None; ``adapt``: adaptation on;
-    ``one_clock``: every rank reads the same clock (one machine), so that a
-    call's time is from the last rank's start to the last rank's end;
-    elsewhere it is the longest of the ranks' own times.  ``clock``: the
+    ``one_clock``: every rank reads the same clock (one machine), so that
+    calls are timed from the last rank's start to the last rank's end;
+    elsewhere by the longest of the ranks' own times.  ``clock``: the
     clock.  ``run`` takes ``agree(ep, vec)``: the all-reduce (max, in place)
     of a float64 vector among the ranks, on the call's endpoint."""
 
@@ -360,9 +364,13 @@ class Chooser:
 
     def _agree(self, cls: _Class, ep, agree) -> None:
         """Share this rank's recent call times and kinds; every rank then
-        holds the same times (one clock: from the last rank's start to the
-        last rank's end of each call; else the longest rank's time) and the
-        common kind."""
+        holds the same times and the common form.  Each run of consecutive
+        calls of one algorithm (the current one's calls before a try, a
+        try's timed calls) gives one figure, the time per call over the run:
+        with one clock, from the last rank's start of its first call to the
+        last rank's end of its last, divided by the calls (what the calls
+        cost one after the other, ranks that run ahead included); else the
+        mean of the longest rank's times."""
         recent = list(cls.recent)
         m = len(recent)
         if self.one_clock:
@@ -379,11 +387,22 @@ class Chooser:
         lo, hi = int(-vec[0]), int(vec[1])
         cls.form = lo if lo == hi else 0  # plain, not in place, where the ranks differ
         cls.agree_s = float(vec[2])
-        took = vec[3 + m:] - vec[3:3 + m] if self.one_clock else vec[3:]
-        for (arm, name, _, _), t in zip(recent, took):
+        if self.one_clock:
+            starts, ends = vec[3:3 + m], vec[3 + m:]
+        else:
+            starts, ends = np.zeros(m), np.cumsum(vec[3:])  # durations back to back
+        i = 0
+        while i < m:  # each run of consecutive calls of one algorithm: one figure
+            arm, name = recent[i][0], recent[i][1]
             if name in arm.cold:  # its first call: warming up, not kept
                 arm.cold.discard(name)
-            else:
-                arm.times[name].append(float(t))
+                i += 1
+                continue
+            j = i
+            while j + 1 < m and recent[j + 1][0] is arm and recent[j + 1][1] == name:
+                j += 1
+            first = starts[i] if self.one_clock else (ends[i - 1] if i else 0.0)
+            arm.times[name].append(float(ends[j] - first) / (j - i + 1))
+            i = j + 1
         cls.recent.clear()
         cls.lo, cls.hi = _NONE

@@ -209,16 +209,17 @@ def test_arm_switches_only_on_clearly_faster_tries():
     arm.decide(10)
     assert arm.current == "a" and arm.due["b"] == 10  # b's second try, at once
     assert arm.due["c"] >= 10 + adapt.MIN_INTERVAL  # within the margin: later
-    assert arm.pick(10) == ("b", adapt.WARM) and arm.pick(11) == ("b", adapt.TRY)
+    assert [arm.pick(10 + i) for i in range(adapt.BURST)] == \
+        [("b", adapt.WARM)] + [("b", adapt.TIMED)] * (adapt.BURST - 2) + [("b", adapt.TRY)]
     arm.times["b"].append(0.5)
-    arm.decide(11)
+    arm.decide(13)
     assert arm.current == "b" and arm.current.source == "adapted"
-    assert arm.due["a"] == 11 + adapt.CHECK_BACK
+    assert arm.due["a"] == 13 + adapt.CHECK_BACK
     arm.times["b"].extend([0.5] * 3)
     arm.times["a"].append(0.55)  # tried again: no better than b
     del arm.due["a"]
-    arm.decide(16)
-    assert arm.current == "b" and arm.due["a"] > 16
+    arm.decide(18)
+    assert arm.current == "b" and arm.due["a"] > 18
 
 
 def test_arm_first_calls_then_every_algorithm_twice():
