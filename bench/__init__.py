@@ -109,9 +109,10 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   call's warm-up, before the first round, is 5 calls or about 0.02 s of
   them, whichever is more, cut to about 0.2 s.  Where the default adapts
   (``comm.adaptive``), its calls at a size first run untimed as many times
-  as its first tries take, two calls of every offered algorithm, and 8 more
-  (``runner.LEARN_EXTRA``): the figures are those of a program past its
-  first calls of that size.
+  as its first tries take (4 calls of its first choice, then two tries of
+  three calls of every other offered algorithm; collectives/adapt.py), and
+  8 more (``runner.LEARN_EXTRA``): the figures are those of a program past
+  its first calls of that size.
 * The header gives one core's memcpy bandwidth (best ``np.copyto`` of a
   64 MiB buffer, bytes copied per second, other ranks idle), and the closing
   line the average busbw over the non-empty sizes and its fraction of it.

@@ -200,13 +200,17 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
 
 def _learn(case: Case, fn: Call, mpicomm) -> None:
     """Before the default is timed at a size, let it learn: as many calls as
-    its first tries take (two of every offered algorithm; collectives/adapt.py)
-    and a few more, untimed.  Nothing where it does not adapt."""
+    its first tries take (collectives/adapt.py: its first choice's first
+    calls, then FIRST_TRIES tries of BURST calls of every other offered
+    algorithm) and LEARN_EXTRA more, untimed.  Nothing where it does not
+    adapt."""
+    from collectives import adapt
     comm = case.comm
     if not getattr(comm, "adaptive", False):
         return
+    others = len(comm.algorithms(case.name)) - 1
     mpicomm.Barrier()
-    for _ in range(2 * len(comm.algorithms(case.name)) + LEARN_EXTRA):
+    for _ in range(adapt.FIRST_RUNS + others * adapt.FIRST_TRIES * adapt.BURST + LEARN_EXTRA):
         fn()
 
 
