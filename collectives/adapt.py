@@ -309,14 +309,8 @@ class Chooser:
                 self.history.append((call, name))
             family.run(name, ep, *args)
             return name
-        key = (call, nbytes.bit_length())  # the size class
-        cls = self.classes.get(key)
-        if cls is None:
-            cls = self.classes[key] = _Class()
-        if form < cls.lo:
-            cls.lo = form
-        if form > cls.hi:
-            cls.hi = form
+        cls = self._class(call, nbytes)
+        cls.note(form)
         if cls.form is None:
             self._agree(cls, ep, agree)
         arm = cls.arms.get(cls.form)
@@ -345,16 +339,21 @@ class Chooser:
             arm.decide(cls.count, cls.agree_s)
         return name
 
+    def _class(self, call: str, nbytes: int) -> _Class:
+        """The state of ``call``'s size class of ``nbytes``, made on first use."""
+        key = (call, size_class(nbytes))
+        cls = self.classes.get(key)
+        if cls is None:
+            cls = self.classes[key] = _Class()
+        return cls
+
     def _fixed(self, call: str, nbytes: int, kind: str, form: int, ep, agree) -> str:
         """Adaptation off: the base choice, for the kind the ranks agreed on
         where the choice depends on it (agreed at the first call of the size
         class and every AGREE_KIND_EVERY calls after)."""
         if not self._kind_matters(call, nbytes):
             return self.base(call, nbytes)
-        key = (call, size_class(nbytes))
-        cls = self.classes.get(key)
-        if cls is None:
-            cls = self.classes[key] = _Class()
+        cls = self._class(call, nbytes)
         cls.note(form)
         if cls.count >= cls.next_agree:
             self._agree(cls, ep, agree)

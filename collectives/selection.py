@@ -227,15 +227,3 @@ def choose(call: str, nbytes: int, size: int, shared: bool = False) -> str:
     plain arrays (``shared``: its exchange is through shared memory; one-copy
     algorithms never): what the hierarchical algorithms run on their parts."""
     return row(call, nbytes, Where(size, shared)).algorithm
-
-
-def depends_on_kind(rows, nbytes: int, w: Where) -> bool:
-    """Whether ``rows`` pick differently for the array kinds at ``nbytes``."""
-    return len({first(rows, nbytes, w.of_kind(k)) for k in KINDS}) > 1
-
-
-def first(rows, nbytes: int, w: Where) -> Optional[str]:
-    for r in rows:
-        if r.matches(nbytes, w):
-            return r.algorithm
-    return None
