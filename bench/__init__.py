@@ -129,7 +129,7 @@ One object per collective::
                "inplace_wrong", "mpi_time_us", "mpi_busbw", "ratio",
                "repeat", "times_us", "inplace_times_us", "mpi_times_us",
                "ratios", "copy_times_us", "copy_gbps", "pct_copy", "source",
-               "over_best", "over_best_ratios"}, ...]}
+               "over_best", "over_best_ratios", "twin"}, ...]}
 
 A single collective writes that object; ``all`` writes a list of them, one
 per collective, in the order run.  ``-``, ``N/A`` and ``n/a`` become
@@ -145,6 +145,10 @@ is S over the median copy time, ``pct_copy`` the ``%cpy`` column.
 chose and ``source`` where the choice came from (null on other rows, and
 where the library does not say); ``over_best`` is the ``÷best`` column and
 ``over_best_ratios`` each round's ratio (null without ``--algorithm all``).
+``twin`` is true on the ``--twin`` rows only: ``algorithm`` is then
+``twin:X``, a second copy of the fastest named algorithm X (lowest median
+time) timed in the same rounds, out of place; its ``over_best`` is what
+``÷best`` shows for a default that always ran X, the cell's noise floor.
 
 Many hosts
 ----------

@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "for the library's choice and one per algorithm, timed in the same "
                         "rounds, with each row's time over the fastest's (÷best) "
                         "(default: the library's choice)")
+    p.add_argument("--twin", action="store_true",
+                   help="with --algorithm all: time a second copy of every algorithm in the "
+                        "same rounds and add a row twin:X for the fastest one, X, whose "
+                        "÷best is what a default that always ran X would show (the noise "
+                        "floor of ÷best)")
     p.add_argument("--hosts", default="auto", choices=("auto", "only", "off"),
                    help="where the ranks span several hosts: after each table, hier beside "
                         "the flat mpi transport and MPI with the bytes moved within and "
@@ -169,7 +174,7 @@ def _settings(a: argparse.Namespace, algs: list[Optional[str]]):
     return Settings(sizes=a.sizes, dtype=a.dtype, op=a.op, root=a.root, algorithms=algs,
                     iters=a.iters, warmup=a.warmup_iters if given else DEFAULT_WARMUP,
                     warmup_given=given, budget_s=a.budget, check=a.check,
-                    repeat=a.repeat, alloc=a.alloc)
+                    repeat=a.repeat, alloc=a.alloc, twin=a.twin and len(algs) > 1)
 
 
 def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, table,
@@ -199,6 +204,8 @@ def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, t
         if None in algs:  # auto:X(source), X any algorithm it may choose
             labels += [f"auto:{x}({source})" for x in comm.algorithms(name)
                        for source in report.SOURCES]
+        if a.twin and len(algs) > 1:
+            labels += [f"twin:{x}" for x in comm.algorithms(name)]
         table.header(res, a.transport, labels, over_best=len(algs) > 1)
     for row in runner.run_collective(name, comm, mpicomm, _settings(a, algs), nccl):
         res.rows.append(row)

@@ -71,6 +71,9 @@ class Row:
     # each round's such ratio
     over_best: Optional[float] = None
     over_best_ratios: Optional[list[float]] = None
+    # a twin's row (--twin): a second copy of the fastest named algorithm,
+    # timed in the same rounds; its over_best is the noise floor of ÷best
+    twin: bool = False
 
     def as_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -172,6 +175,8 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
             calls["out", alg] = case.ours(alg)
             if case.in_place == "own":
                 calls["in", alg] = case.ours_in_place(alg)
+            if s.twin and alg is not None:
+                calls["twin", alg] = case.ours(alg)
         mfn = case.baseline(nccl)
         if mpi_supported(mfn, mpicomm):
             calls["mpi"] = mfn
@@ -195,6 +200,8 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
                 row.over_best_ratios = [t / b for t, b in zip(out.seconds, best)]
                 row.over_best = float(statistics.median(row.over_best_ratios))
             yield row
+        if best is not None and s.twin:
+            yield _twin_row(case, timed, s, best, clock, calls)
         del case, calls
 
 
@@ -212,6 +219,22 @@ def _learn(case: Case, fn: Call, mpicomm) -> None:
     mpicomm.Barrier()
     for _ in range(adapt.FIRST_RUNS + others * adapt.FIRST_TRIES * adapt.BURST + LEARN_EXTRA):
         fn()
+
+
+def _twin_row(case: Case, timed: dict, s: Settings, best: list[float], clock: Clock,
+              calls: dict) -> Row:
+    """The row of the fastest named algorithm's twin (by median time): what
+    ÷best shows for a default that always ran the fastest algorithm, given
+    this cell's noise; labelled ``twin:X``, out of place only."""
+    named = [a for a in s.algorithms if a is not None]
+    fastest = min(named, key=lambda a: timed["out", a].median)
+    t = timed["twin", fastest]
+    wrong = _checked(clock, case, calls["twin", fastest], False, s)
+    row = _row(case, fastest, (t, wrong), None, timed.get("mpi"), timed.get("copy"), s.repeat)
+    row.algorithm, row.twin, row.inplace = f"twin:{fastest}", True, "none"
+    row.over_best_ratios = [x / b for x, b in zip(t.seconds, best)]
+    row.over_best = float(statistics.median(row.over_best_ratios))
+    return row
 
 
 def _fastest(timed: dict, algorithms: list[Optional[str]]) -> Optional[list[float]]:

@@ -31,7 +31,9 @@ median), its ratio to the baseline, the fastest algorithm (lowest median
 time) and its ratio; over several files (repeated jobs) each figure is the
 median of the jobs'.  How far the default is from the best this machine
 offers, and what each gives against the baseline: the table a release note
-quotes.
+quotes.  Runs made with ``--twin`` add a column: the ``÷best`` of a second
+copy of the fastest algorithm, timed in the same rounds, which is what a
+default that always ran the fastest one would show (the cell's noise floor).
 """
 from __future__ import annotations
 
@@ -151,7 +153,8 @@ def defaults(jobs: list[list[dict]], sizes: set[int] | None) -> str:
             baselines.setdefault(key, set()).add(res.get("baseline", "MPI"))
         for full, rows in by_size.items():
             auto = [r for r in rows if r.get("auto")]
-            named = [r for r in rows if not r.get("auto")]
+            twins = [r for r in rows if r.get("twin")]
+            named = [r for r in rows if not r.get("auto") and not r.get("twin")]
             if not auto or not named:
                 continue
             d, fastest = auto[0], min(named, key=lambda r: r["time_us"])
@@ -159,11 +162,13 @@ def defaults(jobs: list[list[dict]], sizes: set[int] | None) -> str:
             cells.setdefault(keys[full], {}).setdefault(full[3:], []).append({
                 "default": d["algorithm"] + (f" ({source})" if source else ""),
                 "over_best": d.get("over_best"), "ratio": d.get("ratio"),
-                "best": fastest["algorithm"], "best_ratio": fastest.get("ratio")})
+                "best": fastest["algorithm"], "best_ratio": fastest.get("ratio"),
+                "twin": twins[0].get("over_best") if twins else None})
     if not cells:
         return ("no size with both a default row and named algorithms' rows "
                 "(python -m bench ... --algorithm all --json FILE)\n")
     out = []
+    twin = any(g["twin"] is not None for c in cells.values() for got in c.values() for g in got)
     for key, table_cells in sorted(cells.items()):
         n, transport, alloc = key
         base = "/".join(sorted(baselines[key]))
@@ -171,14 +176,15 @@ def defaults(jobs: list[list[dict]], sizes: set[int] | None) -> str:
                    f"fastest algorithm; ratio = {base} time / ours (> 1: ours faster); "
                    "medians over the jobs\n")
         out.append("| collective | size | default | default \u00f7 best | default ratio "
-                   "| best | best ratio | jobs |")
-        out.append("|---|---:|---|---:|---:|---|---:|---:|")
+                   "| best | best ratio | jobs |" + (" twin \u00f7 best |" if twin else ""))
+        out.append("|---|---:|---|---:|---:|---|---:|---:|" + ("---:|" if twin else ""))
         for (coll, b), got in table_cells.items():
             out.append(f"| {coll} | {_size(b)} | {_names([g['default'] for g in got])} | "
                        f"{_median([g['over_best'] for g in got])} | "
                        f"{_median([g['ratio'] for g in got])} | "
                        f"{_names([g['best'] for g in got])} | "
-                       f"{_median([g['best_ratio'] for g in got])} | {len(got)} |")
+                       f"{_median([g['best_ratio'] for g in got])} | {len(got)} |" +
+                       (f" {_median([g['twin'] for g in got])} |" if twin else ""))
         out.append("")
     return "\n".join(out)
 

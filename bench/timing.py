@@ -42,6 +42,7 @@ class Settings:
     check: bool
     repeat: int = 3                   # rounds
     alloc: str = "numpy"              # our buffers: "numpy", or "comm" (comm.empty)
+    twin: bool = False                # time a second copy of every named algorithm
 
 
 @dataclasses.dataclass

@@ -107,7 +107,7 @@ def _check_result(res: dict, collective: str, n: int, dtype: str = "float32") ->
         assert ROW_KEYS <= row.keys()
         assert row["wrong"] == 0, f"{collective}: {row}"
         assert row["time_us"] > 0 and row["busbw"] >= 0
-        assert row["inplace"] == INPLACE[collective], f"{collective}: {row}"
+        assert row["inplace"] == ("none" if row.get("twin") else INPLACE[collective]), row
         if row["inplace"] == "none":
             assert all(row[k] is None for k in INPLACE_KEYS), f"{collective}: {row}"
         else:
@@ -233,10 +233,13 @@ def test_two_rounds_and_two_algorithms(tmp_path):
     one per algorithm; two figures of each call a row, one MPI series timed
     in the same rounds for every row, the ratio the mean of the two rounds'
     ratios (the median of two); ÷best each round's time over the fastest
-    named algorithm's in that round, the median of those."""
+    named algorithm's in that round, the median of those.  With --twin, a
+    last row per size, twin:X, times a second copy of the named algorithm X
+    of lowest median time in the same rounds, its ÷best against the same
+    fastest-of-the-round (not against itself)."""
     out = tmp_path / "ar.json"
     p = _bench(2, "all_reduce", "-b", "4K", "-e", "64K", "-f", "16", "-n", "5", "-w", "1",
-               "--repeat", "2", "--algorithm", "all", "--check", "--json", str(out))
+               "--repeat", "2", "--algorithm", "all", "--check", "--twin", "--json", str(out))
     res = json.loads(out.read_text())
     _check_result(res, "all_reduce", 2)
     assert res["repeat"] == 2
@@ -248,7 +251,11 @@ def test_two_rounds_and_two_algorithms(tmp_path):
     for rows in by_size.values():
         assert len(rows) > 2 and len({tuple(r["mpi_times_us"]) for r in rows}) == 1, rows
         assert len({tuple(r["copy_times_us"]) for r in rows}) == 1, rows
-        default, named = rows[0], rows[1:]
+        default, named, twin = rows[0], rows[1:-1], rows[-1]
+        assert twin["twin"] and not any(r["twin"] for r in rows[:-1]), rows
+        x = min(named, key=lambda r: sorted(r["times_us"])[0] + sorted(r["times_us"])[1])
+        assert twin["algorithm"] == f"twin:{x['algorithm']}", rows
+        assert twin["inplace"] == "none" and twin["wrong"] == 0, twin
         assert default["auto"] and not any(r["auto"] for r in named), rows
         assert default["algorithm"] in [r["algorithm"] for r in named], rows
         assert default["source"] in (None, "table", "tuning", "adapted"), default
@@ -271,8 +278,14 @@ def test_two_rounds_and_two_algorithms(tmp_path):
     for label, rows in zip(autos, by_size.values()):
         source = rows[0]["source"]
         assert label == f"auto:{rows[0]['algorithm']}" + (f"({source})" if source else "")
+    assert sum(ln.split()[5].startswith("twin:") for ln in lines[head + 3:]
+               if ln.split()[5:6]) == len(by_size), p.stdout
     md = summary.defaults([[res]], None)
     assert md.count("\n| all_reduce |") == len(by_size), md
+    assert "| twin \u00f7 best |" in md, md
+    for b, rows in by_size.items():
+        size_rows = [ln for ln in md.splitlines() if ln.startswith("| all_reduce |")]
+        assert all(ln.rstrip(" |").split("|")[-1].strip() != "-" for ln in size_rows), md
 
 
 def test_summary_defaults():
