@@ -4,7 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 
-.PHONY: test bench bench-all bench-median benchmark-micro soak mutants venv clean test-mismatch test-hosts
+.PHONY: test bench bench-all bench-median benchmark-micro soak mutants venv clean test-mismatch test-hosts \
+	test-cluster bench-cluster
 
 venv: $(VENV)/.installed
 
@@ -65,6 +66,31 @@ test-mismatch: venv
 # runs it in full on 2x2 and samples the others; tests/test_hosts.py)
 test-hosts: venv
 	HOSTS_ALL=1 $(PY) -m pytest -q tests/test_hosts.py tests/test_hosts_faults.py
+
+# real hosts on this machine (cluster/cluster: network namespaces, MPICH over
+# TCP between them; needs root and ip): conformance over hier and flat mpi on
+# 2 x 2 and 2 + 1 + 1, traffic against the links' counters, a killed rank,
+# a cut link, a link down and up (tests/test_cluster.py).  Skips, saying why,
+# where namespaces cannot be made.
+test-cluster: venv
+	@if why=$$(cluster/cluster check); then \
+	  CLUSTER_TESTS=1 $(PY) -m pytest -q tests/test_cluster.py; \
+	else echo "test-cluster: skipped: $$why"; fi
+
+# every collective 8 B to 64 MiB on 2 hosts x 2 ranks, links at 1 Gbit/s,
+# 10 Gbit/s and unlimited: hier, flat mpi and MPI's own call, interleaved
+# (bench.hosts); tables in bench-out/cluster-RATE.txt, JSON beside them
+CLUSTER_RATES ?= 1gbit 10gbit none
+CLUSTER_BENCH ?= all --hosts only -b 8 -e 64M -f 8 --repeat 5 --check
+bench-cluster: venv
+	@why=$$(cluster/cluster check) || { echo "bench-cluster: $$why"; exit 1; }
+	mkdir -p bench-out
+	for rate in $(CLUSTER_RATES); do \
+	  cluster/cluster up 2 $$rate || exit 1; \
+	  MPIEXEC=$(abspath $(MPIEXEC)) cluster/cluster mpiexec h0:2,h1:2 -n 4 \
+	    $(abspath $(PY)) -m bench $(CLUSTER_BENCH) --json bench-out/cluster-$$rate.json \
+	    | tee bench-out/cluster-$$rate.txt || { cluster/cluster down; exit 1; }; \
+	done; cluster/cluster down
 
 # not part of make test: plant each bug of tests/mutant_list.py in a copy of
 # the tree and run the tests meant to catch it (docs/testing.md, "Mutants")

@@ -271,6 +271,7 @@ class Communicator(HostsInfo):
         except BaseException as e:
             if isinstance(e, CollectiveError):
                 e.call = e.call or call
+                self._t.name_hosts(e)
             self._broken = e
             if _news(e) or (isinstance(e, PeerFailure) and not getattr(e, "relayed", False)
                             and self._t.caps.relays_deaths):

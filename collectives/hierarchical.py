@@ -40,20 +40,37 @@ from . import broadcast as _bc
 from . import reduce as _reduce
 from . import reduce_scatter as _rs
 from . import ring as _ring
+from transports.errors import CollectiveError, renumber
+
 from .algorithm import Algorithm
 from .ranks import block_bounds
+
+
+def _on(part, fn, *args, **kw):
+    """``fn(*args, **kw)``, a step on ``part`` (``local`` or ``cross``), whose
+    errors name the whole communicator's ranks and their hosts instead of
+    the part's own numbering (transports/errors.py, ``renumber``)."""
+    try:
+        return fn(*args, **kw)
+    except CollectiveError as e:
+        raise renumber(e, part.world, *part.world_hosts)
 
 
 def _local(module, nbytes: int, ep):
     """Run on ``ep`` (a host's ranks) the algorithm of ``module``'s family that
     the selection table picks for a flat communicator on shared memory."""
-    return lambda *args: module.FAMILY.run_chosen(nbytes, ep, *args, shared=True)
+    return lambda *args: _on(ep, module.FAMILY.run_chosen, nbytes, ep, *args, shared=True)
 
 
 def _cross(module, nbytes: int, ep):
     """Run on ``ep`` the algorithm of ``module``'s family that the selection
     table picks for a flat communicator on messages."""
-    return lambda *args: module.FAMILY.run_chosen(nbytes, ep, *args)
+    return lambda *args: _on(ep, module.FAMILY.run_chosen, nbytes, ep, *args)
+
+
+def _run(module, name: str, ep, *args) -> None:
+    """Run algorithm ``name`` of ``module``'s family on part ``ep``."""
+    _on(ep, module.FAMILY.run, name, ep, *args)
 
 
 def _leader(ep) -> bool:
@@ -80,10 +97,10 @@ def hier_slices(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     n, l = loc.size, loc.rank
     _ar.alone(src, buf, op)
     b = block_bounds(buf.size, n)
-    _ring.reduce_scatter(loc, buf, b, op, shift=-1)  # ends owning slice l
+    _on(loc, _ring.reduce_scatter, loc, buf, b, op, shift=-1)  # ends owning slice l
     piece = buf[b[l]:b[l + 1]]
-    _ar.FAMILY.run("ring", cr, piece, piece, op)
-    _ring.all_gather(loc, buf, b)
+    _run(_ar, "ring", cr, piece, piece, op)
+    _on(loc, _ring.all_gather, loc, buf, b)
 
 
 def hier_leader(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
@@ -140,12 +157,17 @@ def reduce(ep, x: np.ndarray, out, op, root: int) -> None:
         _cross(_reduce, x.nbytes, cr)(acc, acc if home else None, op, hr)
     if home and lr != 0:
         if lead:
-            loc.send(acc, lr)
+            _on(loc, loc.send, acc, lr)
         elif loc.rank == lr:
-            loc.recv(out, 0)
+            _on(loc, loc.recv, out, 0)
 
 
 # -- all_gather and reduce_scatter ------------------------------------------------
+
+def _swap(ep, posts) -> None:
+    """Post every ``(post, *args)`` of ``posts`` on ``ep``, then wait for all."""
+    ep.waitall([post(*args) for post, *args in posts])
+
 
 def _bundles(ep, m: int):
     """(j, i, rank): local rank j's bundle of blocks (one per host, H blocks)
@@ -170,7 +192,7 @@ def all_gather(ep, x: np.ndarray, out: np.ndarray) -> None:
     if not ep.hosts.equal:
         return _all_gather_leaders(ep, x, out)
     bundle = np.empty(hh * m, x.dtype)
-    _ag.FAMILY.run("ring", cr, x, bundle)
+    _run(_ag, "ring", cr, x, bundle)
     big = np.empty(loc.size * hh * m, x.dtype)
     _local(_ag, bundle.nbytes, loc)(bundle, big)
     for j, i, g in _bundles(ep, m):
@@ -186,9 +208,8 @@ def _all_gather_leaders(ep, x: np.ndarray, out: np.ndarray) -> None:
     if _leader(ep):
         theirs = {h: np.empty(len(ep.members[h]) * m, x.dtype)
                   for h in range(ep.hosts.hosts) if h != ep.hosts.host}
-        reqs = [cr.irecv(b, h) for h, b in theirs.items()]
-        reqs += [cr.isend(mine, h) for h in theirs]
-        cr.waitall(reqs)
+        _on(cr, _swap, cr, [(cr.irecv, b, h) for h, b in theirs.items()] +
+            [(cr.isend, mine, h) for h in theirs])
         theirs[ep.hosts.host] = mine
         for h, b in theirs.items():
             for j, g in enumerate(ep.members[h]):
@@ -212,7 +233,7 @@ def reduce_scatter(ep, x: np.ndarray, out: np.ndarray, op) -> None:
         np.copyto(send[at:at + m], x[g * m:(g + 1) * m])
     mine = np.empty(hh * m, x.dtype)
     _local(_rs, send.nbytes, loc)(send, mine, op)
-    _rs.FAMILY.run("ring", cr, mine, out, op)
+    _run(_rs, "ring", cr, mine, out, op)
 
 
 def _reduce_scatter_leaders(ep, x: np.ndarray, out: np.ndarray, op) -> None:
@@ -220,18 +241,17 @@ def _reduce_scatter_leaders(ep, x: np.ndarray, out: np.ndarray, op) -> None:
     here = ep.members[ep.hosts.host]
     if not _leader(ep):
         _local(_reduce, x.nbytes, loc)(x, None, op, 0)
-        loc.recv(out, 0)
+        _on(loc, loc.recv, out, 0)
         return
     acc = np.empty_like(x)
     _local(_reduce, x.nbytes, loc)(x, acc, op, 0)
     mine = _blocks(acc, here, m)
     others = [h for h in range(ep.hosts.hosts) if h != ep.hosts.host]
     outgoing = [_blocks(acc, ep.members[h], m) for h in others]
-    reqs = [cr.irecv_reduce(mine, h, op) for h in others]
-    reqs += [cr.isend(b, h) for h, b in zip(others, outgoing)]
-    cr.waitall(reqs)
+    _on(cr, _swap, cr, [(cr.irecv_reduce, mine, h, op) for h in others] +
+        [(cr.isend, b, h) for h, b in zip(others, outgoing)])
     for j in range(1, len(here)):
-        loc.send(mine[j * m:(j + 1) * m], j)
+        _on(loc, loc.send, mine[j * m:(j + 1) * m], j)
     np.copyto(out, mine[:m])
 
 

@@ -44,11 +44,12 @@ _cache: dict = {}
 
 
 def conformance_results(n: int, transport: str, layout: str | None = None,
-                        **extra: str) -> dict:
+                        cluster: str | None = None, **extra: str) -> dict:
     """{family: {"cases": total over ranks, "failures": [...], "comms": {communicator:
     cases}}} for a job of n ranks (tests/conformance.py); ``layout``: the
-    ranks on emulated hosts (tests/emulate.py); ``extra``: more environment."""
-    key = (n, transport, layout, tuple(sorted(extra.items())))
+    ranks on emulated hosts (tests/emulate.py); ``cluster``: on the real
+    hosts of tests/cluster.py, Hydra's -hosts spec; ``extra``: more environment."""
+    key = (n, transport, layout, cluster, tuple(sorted(extra.items())))
     if key not in _cache:
         with tempfile.TemporaryDirectory() as d:
             env = CMA_ENV if transport == CMA else standin_env() if transport == STANDIN \
@@ -57,7 +58,10 @@ def conformance_results(n: int, transport: str, layout: str | None = None,
                 VARIANT_FAMILIES.get(transport, [])
             argv = ["tests/conformance.py", transport.split("+")[0], d, *only]
             env = {**env, **extra}
-            if layout:
+            if cluster:
+                import cluster as hosts
+                p = hosts.run(cluster, argv, timeout=900, COLLECTIVES_TIMEOUT="20", **env)
+            elif layout:
                 from emulate import run_layout
                 p = run_layout(layout, argv, timeout=600, COLLECTIVES_TIMEOUT="20", **env)
             else:

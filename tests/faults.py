@@ -22,6 +22,11 @@ interrupt: (2 ranks) rank 1 is interrupted (KeyboardInterrupt, as Ctrl-C
        must raise the library's error naming rank 1 and its
        KeyboardInterrupt, and its next call, a barrier, an error that starts
        with "barrier:" and names the broadcast.
+cut:   (tests/test_cluster.py) a stream of all-reduces until an error; the
+       test cuts a host's link meanwhile.  Every rank reports its error.
+flap:  (tests/test_cluster.py) FLAP_CALLS all-reduces of 1 MB, each result
+       checked; the test takes a host's link down for less than the
+       timeout meanwhile.  Every rank reports how many results were wrong.
 stall: the last rank arrives late, but before the timeout; the others log
        where they wait (COLLECTIVES_STALL_WARN) and finish normally.
 slow:  (2 ranks, one slot of 4 KiB per channel, a timeout of 1 s) a message
@@ -30,7 +35,9 @@ slow:  (2 ranks, one slot of 4 KiB per channel, a timeout of 1 s) a message
        which the peer's blocking call sees progress every few ms and must
        not time out.  Rank 0 is the slow sender, then the slow receiver.
 Every rank writes OUTDIR/rank<r>.json with its pid and what it saw, then
-leaves with os._exit (MPI cannot finalize with a dead peer).
+leaves with os._exit (MPI cannot finalize with a dead peer).  The victim of
+kill is rank $FAULT_VICTIM (1 where unset); ranks write "running" once their
+first calls are done.
 """
 from __future__ import annotations
 
@@ -49,6 +56,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import collectives as cc  # noqa: E402
 
 TIMEOUT = 3.0
+VICTIM = int(os.environ.get("FAULT_VICTIM", "1"))
+FLAP_CALLS = 400
+FLAP_TIMEOUT = 10.0  # the flap scenario's: longer than the link is down, and TCP's resends
 SLOW_TIMEOUT = 1.0  # the slow scenario's
 SLOW_NAP, SLOW_SLOTS = 0.004, 600
 SLOW_LIMIT = 15.0  # seconds a slow side polls before it reports "stuck" (its peer gave up)
@@ -220,7 +230,7 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
     import faulthandler
     crash = open(os.path.join(outdir, f"crash{os.environ.get('PMI_RANK', os.getpid())}.txt"), "w")
     faulthandler.enable(file=crash)
-    timeout = {"uncaught": 60, "slow": SLOW_TIMEOUT}.get(scenario, TIMEOUT)
+    timeout = {"uncaught": 60, "slow": SLOW_TIMEOUT, "flap": FLAP_TIMEOUT}.get(scenario, TIMEOUT)
     comm = cc.init(transport=transport, timeout=timeout)
     r, n = comm.rank, comm.size
     write(outdir, r, state="started")
@@ -242,11 +252,26 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
             comm.all_reduce(np.ones(1000))
             write(outdir, r, state="no error")
         elif scenario == "kill":
-            if r == 1:
+            if r == VICTIM:
                 delay = random.Random(os.getpid()).uniform(0.05, 0.6)
                 threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
             stream(comm, calls.split(","))
             write(outdir, r, state="no error")
+        elif scenario == "cut":
+            x = np.ones(250_000, np.float32)
+            for i in range(10 ** 9):
+                comm.all_reduce(x)
+                if i == 20:
+                    write(outdir, r, state="running")
+        elif scenario == "flap":
+            x = np.arange(250_000, dtype=np.float32) + r
+            want = np.arange(250_000, dtype=np.float32) * n + n * (n - 1) // 2
+            wrong = 0
+            for i in range(FLAP_CALLS):
+                wrong += not np.array_equal(comm.all_reduce(x), want)
+                if i == 20:
+                    write(outdir, r, state="running")
+            write(outdir, r, state="no error", wrong=wrong, seconds=time.monotonic() - t0)
         elif scenario == "raise":
             if r == 1:
                 inject(comm, random.Random(os.getpid()).randint(1, 60))
@@ -306,7 +331,8 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
               traceback=traceback.format_exc()[-3000:])
         os._exit(3)
     watchdog.cancel()
-    skip = {1} if scenario in ("kill", "raise", "trainer", "split", "interrupt") \
+    skip = {VICTIM} if scenario == "kill" \
+        else {1} if scenario in ("raise", "trainer", "split", "interrupt") \
         else set() if scenario == "slow" \
         else {n - 1}
     linger(outdir, n, skip=skip)
@@ -325,7 +351,7 @@ def linger(outdir: str, n: int, skip: set) -> None:
                     states.append(json.load(f)["state"])
             except (OSError, ValueError):
                 states.append(None)
-        if all(s not in (None, "started") for s in states):
+        if all(s not in (None, "started", "running") for s in states):
             return
         time.sleep(0.05)
 

@@ -267,6 +267,10 @@ class Transport:
         """Note that this rank entered collective ``seq`` of call size ``call_bytes``
         (for timeout reports, and for peers to compare sizes)."""
 
+    def name_hosts(self, e: CollectiveError) -> None:
+        """Add the hosts of the ranks that error ``e`` names to its words,
+        where the communicator spans several (hier)."""
+
     def notify(self, seq: int, text: str) -> None:
         """Tell every peer that this rank gave up collective ``seq`` on an
         error it detected (``text``: what the peers raise, as ``peer_notice``).
@@ -347,7 +351,7 @@ class Deadline:
         if now >= self.expires:
             late = missing()
             raise CollectiveTimeout(
-                f"timed out after {self.timeout:g}s in {what}: waiting for rank(s) {late}",
+                f"timed out after {self.timeout:g}s in {what}: no progress from rank(s) {late}",
                 ranks=late)
 
 

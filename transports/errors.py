@@ -64,14 +64,60 @@ def peer_notice(peer: int, text: str) -> CollectiveError:
     """The error of a rank that rank ``peer`` told (``text``: its words, "rank p
     detected an error in <call> #k: ..."): a PeerFailure naming the dead
     ranks where rank ``peer`` found them dead ("... rank(s) [d, ...] died
-    during ..."), else a CollectiveError naming ``peer``."""
-    dead = _DIED.search(text)
-    if dead:
-        e: CollectiveError = PeerFailure(text, ranks=[int(r) for r in dead.group(1).split(",")])
+    during ..."), a CollectiveTimeout naming the ranks it waited for where
+    it timed out ("... no progress from rank(s) [d, ...]"), else a
+    CollectiveError naming ``peer``."""
+    dead, late = _DIED.search(text), _LATE.search(text)
+    if dead or late:
+        kind = PeerFailure if dead else CollectiveTimeout
+        e: CollectiveError = kind(text, ranks=[int(r) for r in (dead or late).group(1).split(",")])
+        e.told_ranks = True  # ranks in the teller's numbering, as its text
     else:
         e = CollectiveError(text, ranks=[peer])
     e.relayed = True
     return e
 
 
-_DIED = re.compile(r"detected an error in \S+ #\d+: rank\(s\) \[(\d+(?:, \d+)*)\] died during ")
+def renumber(e: CollectiveError, world, host_of, names) -> CollectiveError:
+    """Put error ``e``, raised inside a part of a communicator whose rank r
+    is rank ``world[r]`` of the whole one, in the whole one's ranks, each
+    group of them with its host: ``e.ranks`` mapped, and in its words every
+    "rank(s) [r, ...]" (then "... on host X") and "rank r" (then "(host X)"
+    where the host is another's than the text's other ranks).  ``host_of``:
+    each whole rank's host index, ``names`` the hosts' names.  A notice
+    relayed from another rank is in that rank's words (the whole
+    communicator's ranks) and keeps them.  Once per error: a renumbered
+    error passing through an outer part stays as it is."""
+    if getattr(e, "renumbered", False):
+        return e
+    e.renumbered = True
+    if not (e.relayed and getattr(e, "told_ranks", False)):
+        e.ranks = [world[r] for r in e.ranks]
+    if e.relayed:
+        return e
+
+    def hosts(ranks: list[int]) -> str:
+        got = sorted({host_of[r] for r in ranks})
+        label = ", ".join(names[h] if h < len(names) else str(h) for h in got)
+        return f"host{'s' if len(got) > 1 else ''} {label}"
+
+    def many(m: re.Match) -> str:
+        ranks = [world[int(r)] for r in m.group(1).split(",")]
+        return f"rank(s) {ranks} on {hosts(ranks)}"
+
+    def one(m: re.Match) -> str:
+        r = world[int(m.group(1))]
+        return f"rank {r} ({hosts([r])})"
+
+    e.detail = _ONE.sub(one, _MANY.sub(many, e.detail))
+    return e
+
+
+_MANY = re.compile(r"rank\(s\) \[(\d+(?:, \d+)*)\]")
+_ONE = re.compile(r"\brank (\d+)\b")
+
+
+_LATE = re.compile(r"detected an error in \S+ #\d+: timed out after \S+ in \S+: "
+                   r"no progress from rank\(s\) \[(\d+(?:, \d+)*)\]")
+_DIED = re.compile(r"detected an error in \S+ #\d+: rank\(s\) \[(\d+(?:, \d+)*)\]"
+                   r"(?: on hosts? .+?)? died during ")

@@ -25,9 +25,23 @@ from typing import Iterable
 import numpy as np
 
 from .base import Capabilities, Endpoint, Reducer, Request, Transport
+from .errors import renumber
 from .hosts import Hosts
 from .mpi import MpiTransport
 from .shm import ShmTransport
+
+
+# How much longer than the timeout a rank waits on the ranks of its own
+# host.  Those are alive (a death shows at once) and in the same call, so
+# they wait on another host themselves: when one gives up, the others hear
+# it (naming the ranks of the host that stopped) instead of timing out at
+# the same moment, naming a live rank of their own host.
+LOCAL_GRACE_S = 10.0
+
+
+def local_timeout(timeout: float) -> float:
+    """The timeout of a host's shared-memory part."""
+    return timeout + min(LOCAL_GRACE_S, timeout)
 
 
 class _HostShm(ShmTransport):
@@ -94,9 +108,9 @@ class HierEndpoint(Endpoint):
 
 class HierTransport(Transport):
     name = "hier"
-    # no relaying of deaths: the ranks inside its parts' errors are those of
-    # the parts' communicators, not the world's
-    caps = Capabilities(hier=True)
+    # a death found in any part is told to every rank (its parts' errors name
+    # the whole communicator's ranks: collectives/hierarchical.py, _on)
+    caps = Capabilities(hier=True, relays_deaths=True)
 
     def __init__(self, mpicomm, timeout: float, hosts: Hosts):
         pids, local = list(hosts.pids), list(hosts.local)
@@ -107,7 +121,8 @@ class HierTransport(Transport):
             self.flat = self._add(MpiTransport(mpicomm, timeout, pids, local))
             mine = hosts.members(hosts.host)
             here = self._split(mpicomm, hosts.host, self.rank)
-            self.local = self._add(_HostShm(here, timeout, [pids[r] for r in mine],
+            self.local = self._add(_HostShm(here, local_timeout(timeout),
+                                            [pids[r] for r in mine],
                                             [local[r] for r in mine]))
             self.local.remote_notices = self.flat.notices
             across = self._split(mpicomm, hosts.local_rank, hosts.host)
@@ -120,10 +135,14 @@ class HierTransport(Transport):
                                    tuple(pids[r] for r in ranks), tuple(local[r] for r in ranks)))
             self.cross.notices.free()  # collective on cross: every rank is here
             self.cross.notices = self.flat.notices
+            self.flat.notices.whole = True
         except BaseException:
             self.close()
             raise
         self.liveness = self.flat.liveness
+        # each part's ranks as the whole communicator numbers them, for errors
+        for part, world in ((self.local, mine), (self.cross, ranks)):
+            part.coll.world, part.coll.world_hosts = tuple(world), (hosts.host_of, hosts.names)
         self.coll = HierEndpoint(self.flat.coll, self.local.coll, self.cross.coll, hosts)
         self.p2p = self.flat.p2p
 
@@ -143,6 +162,11 @@ class HierTransport(Transport):
 
     def set_arrived(self, seq: int, call_bytes: int = 0) -> None:
         self.local.set_arrived(seq, call_bytes)
+
+    def name_hosts(self, e) -> None:
+        # an error of a part is in the whole communicator's ranks already
+        # (collectives/hierarchical.py), flat's numbering is the whole's
+        renumber(e, range(self.size), self.hosts.host_of, self.hosts.names)
 
     def notify(self, seq: int, text: str) -> None:
         self.flat.notify(seq, text)

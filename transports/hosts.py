@@ -34,6 +34,7 @@ class Hosts:
     host_of: tuple[int, ...]   # each rank's host index
     pids: tuple[int, ...]      # each rank's process id
     local: tuple[bool, ...]    # whether each rank runs on this machine (pids checkable)
+    names: tuple[str, ...] = ()  # each host's name, by host index (where known)
 
     @property
     def size(self) -> int:
@@ -90,5 +91,7 @@ def discover(mpicomm) -> Hosts:
     """Collective over ``mpicomm``: every rank's host, machine and pid."""
     me = (host_name(), socket.gethostname(), os.getpid())
     everyone = _wire.allgather(mpicomm, me)
-    return Hosts(mpicomm.Get_rank(), number([h for h, _, _ in everyone]),
-                 tuple(p for _, _, p in everyone), tuple(m == me[1] for _, m, _ in everyone))
+    names = [h for h, _, _ in everyone]
+    return Hosts(mpicomm.Get_rank(), number(names),
+                 tuple(p for _, _, p in everyone), tuple(m == me[1] for _, m, _ in everyone),
+                 tuple(dict.fromkeys(names)))

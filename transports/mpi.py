@@ -127,7 +127,12 @@ class Notices:
     on its peers and raises the first that concerns its call or an earlier
     one.  Their tag is a random number that rank 0 draws for this
     communicator, so that a notice left over from a freed communicator
-    (whose MPI context a later one may reuse) is never received."""
+    (whose MPI context a later one may reuse) is never received.
+    ``whole``: the ranks of this communicator are those of the whole one,
+    also where a part shares these notices (hier's cross part shares flat's),
+    so that its errors are not renumbered as the part's."""
+
+    whole = False
 
     def __init__(self, t: MpiTransport, mpicomm, tag_ub: int):
         self.t = t
@@ -164,7 +169,9 @@ class Notices:
         for p in sorted(self.heard):
             failed, text = self.heard[p]
             if 0 < failed <= seq:
-                raise peer_notice(p, text)
+                e = peer_notice(p, text)
+                e.renumbered = self.whole
+                raise e
 
     def free(self) -> None:
         self.comm = _free(self.comm, self.t.lock)

@@ -1,0 +1,113 @@
+"""Real hosts on this machine (cluster/cluster): network namespaces with
+their own hostnames, joined through a switch, MPICH's Hydra launching across
+them through an ssh stand-in and moving bytes between them over TCP.
+
+``make test-cluster`` runs tests/test_cluster.py with CLUSTER_TESTS=1; it
+needs root and ``ip`` (``cluster/cluster check`` says why not where it cannot).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+from launch import MPIEXEC, ROOT, mpi_env
+
+SCRIPT = ROOT / "cluster" / "cluster"
+ENABLED = os.environ.get("CLUSTER_TESTS", "") not in ("", "0")
+# layout name -> Hydra's -hosts spec (host:ranks, in rank order)
+LAYOUTS = {"2x2": "h0:2,h1:2", "2+1+1": "h0:2,h1:1,h2:1"}
+HOSTS = 3  # the cluster the tests bring up: every layout above fits on it
+
+
+def ranks_of(spec: str) -> list[str]:
+    """Each rank's host under ``spec`` (``h0:2,h1:1`` -> [h0, h0, h1])."""
+    return [h for part in spec.split(",") for h, k in [part.split(":")] for _ in range(int(k))]
+
+
+def unavailable() -> str | None:
+    """Why hosts cannot be made here (None where they can)."""
+    p = subprocess.run([str(SCRIPT), "check"], capture_output=True, text=True)
+    return None if p.returncode == 0 else (p.stdout + p.stderr).strip() or "cluster check failed"
+
+
+def cluster(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``cluster/cluster args...``."""
+    p = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"cluster {' '.join(args)}: {p.stdout}{p.stderr}")
+    return p
+
+
+def up(hosts: int = HOSTS, rate: str = "none") -> None:
+    cluster("up", str(hosts), rate)
+
+
+def down() -> None:
+    cluster("down", check=False)
+
+
+def command(spec: str, argv: list[str], cleanup: bool = True) -> list[str]:
+    """The command that runs ``python argv...`` on the ranks of ``spec``.
+    ``cleanup`` False: the survivors of a dead rank run on.  Hydra's
+    ``-disable-auto-cleanup`` alone does not do that across hosts: the proxy
+    of a rank killed by a signal SIGKILLs the other ranks of its host
+    (measured: exit codes 9 on the victim's host).  So each rank runs under
+    a shell that stays its parent (a killed rank is then a shell that
+    exits with status 137) and ignores the SIGUSR1 that Hydra sends the
+    survivors."""
+    n = len(ranks_of(spec))
+    run = [sys.executable, *argv]
+    if not cleanup:
+        run = ["sh", "-c", "trap '' USR1; " + shlex.join(run)]
+    return [str(SCRIPT), "mpiexec", spec, *([] if cleanup else ["-disable-auto-cleanup"]),
+            "-n", str(n), *run]
+
+
+def env(**extra: str) -> dict:
+    """The launch's environment (Hydra passes it to every host's ranks)."""
+    return mpi_env(MPIEXEC=MPIEXEC, **extra)
+
+
+def run(spec: str, argv: list[str], timeout: float = 300, **extra: str
+        ) -> subprocess.CompletedProcess:
+    """Run ``python argv...`` on the ranks of ``spec``; the finished process."""
+    try:
+        return subprocess.run(command(spec, argv), cwd=ROOT, env=env(**extra),
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        stop_jobs()
+        raise AssertionError(f"{spec} {argv}: no end within {timeout} s\n{e.stdout}\n{e.stderr}")
+
+
+def start(spec: str, argv: list[str], cleanup: bool = True, **extra: str) -> subprocess.Popen:
+    """Start ``python argv...`` on the ranks of ``spec`` without waiting."""
+    return subprocess.Popen(command(spec, argv, cleanup), cwd=ROOT, env=env(**extra),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_jobs() -> None:
+    """Kill every process left in the hosts (a job that could not end)."""
+    cluster("kill", check=False)
+
+
+def in_host(host: str, *cmd: str) -> str:
+    return cluster("exec", host, *cmd).stdout
+
+
+def counters(host: str) -> tuple[int, int]:
+    """The host's link device's bytes sent and received, as its kernel counts them."""
+    dev = cluster("dev", host).stdout.strip()
+    out = in_host(host, "cat", f"/sys/class/net/{dev}/statistics/tx_bytes",
+                  f"/sys/class/net/{dev}/statistics/rx_bytes").split()
+    return int(out[0]), int(out[1])
+
+
+def link(host: str, state: str) -> None:
+    cluster("link", host, state)
+
+
+def processes() -> list[str]:
+    """The processes still running in the hosts' namespaces."""
+    return cluster("ps", check=False).stdout.split()
