@@ -27,7 +27,7 @@ import sys
 from typing import Optional, TextIO
 
 from .cases import CASES, Call, Case
-from .runner import Clock, effective_sizes, mpi_supported
+from .runner import Clock, effective_sizes, learn, mpi_supported
 
 ROUNDS = 5  # per size, where the command line gives no --repeat
 MIN_ITERS, MAX_ITERS = 3, 1000  # a round's calls, as the main table bounds its loops
@@ -114,6 +114,8 @@ class Hosts:
             native = cases["hier"].baseline()
             if mpi_supported(native, self.mpicomm):
                 calls[NATIVE] = native
+            for t in TRANSPORTS:  # each default through its first tries, untimed
+                learn(cases[t], calls[t], self.mpicomm)
             times, iters = self._rounds(calls, s, rounds)
             for key in calls:
                 case = cases.get(key, cases["hier"])

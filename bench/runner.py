@@ -107,7 +107,7 @@ def quiet_barrier(mpicomm, poll_s: float = 0.001) -> None:
         time.sleep(poll_s)
 
 
-# the default's calls at a size before its warm-up, beyond its first tries (_learn)
+# the default's calls at a size before its warm-up, beyond its first tries (learn)
 LEARN_EXTRA = 8
 
 
@@ -184,7 +184,7 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
         if cfn is not None:
             calls["copy"] = cfn
         if None in s.algorithms:
-            _learn(case, calls["out", None], mpicomm)
+            learn(case, calls["out", None], mpicomm)
         timed = clock.interleaved(calls, s)
         best = _fastest(timed, s.algorithms)
         for alg in s.algorithms:
@@ -205,7 +205,7 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
         del case, calls
 
 
-def _learn(case: Case, fn: Call, mpicomm) -> None:
+def learn(case: Case, fn: Call, mpicomm) -> None:
     """Before the default is timed at a size, let it learn: as many calls as
     its first tries take (collectives/adapt.py: its first choice's first
     calls, then FIRST_TRIES tries of BURST calls of every other offered

@@ -193,3 +193,24 @@ def test_link_down_then_up():
     assert set(res) == set(range(n)), res
     for r, v in res.items():
         assert v["state"] == "no error" and v["wrong"] == 0, (r, v)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero2"])
+def test_trainer_across_hosts(strategy):
+    """``python -m trainer`` on 2 x 2 real hosts, hierarchical algorithms: the
+    bytes each rank moves to other hosts per step equal the formula
+    (trainer/claims.py, inter_traffic), and the hosts' links carry them."""
+    from test_trainer_hosts import SMALL
+    spec = hosts.LAYOUTS["2x2"]
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "t.json")
+        p = hosts.run(spec, ["-m", "trainer", "--strategy", strategy, "--algorithm", "auto",
+                             "--json", out, *SMALL], timeout=300, COLLECTIVES_ADAPT="0")
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+        with open(out) as f:
+            ih = json.load(f)["inter_host"]
+    assert ih["host_of_rank"] == [0, 0, 1, 1]
+    assert ih["algorithms"] == "hierarchical"
+    pred, got = ih["predicted_bytes_per_rank"], ih["measured_bytes_per_rank"]
+    assert None not in pred and sum(pred) > 0
+    assert got == pytest.approx(pred, rel=2e-3, abs=64), (got, pred)
