@@ -273,8 +273,10 @@ class Communicator(HostsInfo):
                 e.call = e.call or call
                 self._t.name_hosts(e)
             self._broken = e
-            if _news(e) or (isinstance(e, PeerFailure) and not getattr(e, "relayed", False)
-                            and self._t.caps.relays_deaths):
+            own = not getattr(e, "relayed", False)
+            caps = self._t.caps
+            if _news(e) or (own and isinstance(e, PeerFailure) and caps.relays_deaths) or \
+                    (own and isinstance(e, CollectiveTimeout) and caps.relays_timeouts):
                 # the other ranks would wait for this one until their timeout
                 what = describe(e)
                 self._t.notify(seq, f"rank {self.rank} detected an error in {call} #{seq}: "

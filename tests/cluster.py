@@ -111,3 +111,20 @@ def link(host: str, state: str) -> None:
 def processes() -> list[str]:
     """The processes still running in the hosts' namespaces."""
     return cluster("ps", check=False).stdout.split()
+
+
+def leftovers() -> list[str]:
+    """What of a cluster is still here: namespaces, /etc/netns entries, links
+    in this namespace, state (all named with the cc- prefix)."""
+    out = []
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    out += [f"namespace {line.split()[0]}" for line in ns.splitlines()
+            if line.startswith("cc-")]
+    if os.path.isdir("/etc/netns"):
+        out += [f"/etc/netns/{d}" for d in os.listdir("/etc/netns") if d.startswith("cc-")]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    out += [f"link {line.split(': ')[1]}" for line in links.splitlines()
+            if line.split(": ")[1].startswith("cc-")]
+    if os.path.exists("/run/cc-cluster"):
+        out.append("/run/cc-cluster")
+    return out

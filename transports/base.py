@@ -214,6 +214,9 @@ class Capabilities:
     finds a peer dead in a collective tells the others, who would otherwise
     wait on it until their timeout (mpi, whose waits watch only the peers of
     pending requests; shm's collective endpoint watches every peer itself).
+    ``relays_timeouts``: and a rank that times out on peers tells the
+    others too (hier: the ranks of its host, who wait on it, then name the
+    ranks it waited for on another host instead of it).
     ``hier``: the collective endpoint has the parts (``local``, ``cross``,
     ``flat``) that the hierarchical algorithms run on."""
 
@@ -222,6 +225,7 @@ class Capabilities:
     regions: bool = False
     device: int | None = None
     relays_deaths: bool = False
+    relays_timeouts: bool = False
     hier: bool = False
 
 
@@ -313,8 +317,14 @@ class Deadline:
 
     CHECK_EVERY = 0.05  # seconds between liveness checks
 
-    def __init__(self, timeout: float, rank: int | None = None):
+    def __init__(self, timeout: float, rank: int | None = None, grace: float = 0.0,
+                 near: Callable[[list[int]], bool] | None = None):
+        """``grace``, ``near``: where the timeout expires while ``near(late)``
+        (ranks of this host, alive, are among those waited for: they wait on
+        someone themselves), wait ``grace`` seconds more, once, for their
+        word on whom they wait for."""
         self.timeout, self.rank = timeout, rank
+        self.grace, self.near = grace, near
         now = time.monotonic()
         self.started = now
         self.expires = now + timeout
@@ -350,6 +360,9 @@ class Deadline:
                         who, now - self.started, what, missing(), os.getpid(), self.timeout)
         if now >= self.expires:
             late = missing()
+            if self.grace and self.near is not None and self.near(late):
+                self.expires, self.grace = now + self.grace, 0.0
+                return
             raise CollectiveTimeout(
                 f"timed out after {self.timeout:g}s in {what}: no progress from rank(s) {late}",
                 ranks=late)

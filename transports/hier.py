@@ -31,17 +31,23 @@ from .mpi import MpiTransport
 from .shm import ShmTransport
 
 
-# How much longer than the timeout a rank waits on the ranks of its own
-# host.  Those are alive (a death shows at once) and in the same call, so
-# they wait on another host themselves: when one gives up, the others hear
-# it (naming the ranks of the host that stopped) instead of timing out at
-# the same moment, naming a live rank of their own host.
+# How much longer than the timeout a rank waits on live ranks of its own
+# host.  Those are in the same call, so they wait on another host
+# themselves: when one gives up, the others hear it (naming the ranks of the
+# host that stopped) instead of timing out at the same moment, naming a
+# live rank of their own host.  The shared-memory part waits that much
+# longer always (every peer there is of this host); the flat part where the
+# ranks it waits for include one of this host.
 LOCAL_GRACE_S = 10.0
+
+
+def grace(timeout: float) -> float:
+    return min(LOCAL_GRACE_S, timeout)
 
 
 def local_timeout(timeout: float) -> float:
     """The timeout of a host's shared-memory part."""
-    return timeout + min(LOCAL_GRACE_S, timeout)
+    return timeout + grace(timeout)
 
 
 class _HostShm(ShmTransport):
@@ -110,7 +116,7 @@ class HierTransport(Transport):
     name = "hier"
     # a death found in any part is told to every rank (its parts' errors name
     # the whole communicator's ranks: collectives/hierarchical.py, _on)
-    caps = Capabilities(hier=True, relays_deaths=True)
+    caps = Capabilities(hier=True, relays_deaths=True, relays_timeouts=True)
 
     def __init__(self, mpicomm, timeout: float, hosts: Hosts):
         pids, local = list(hosts.pids), list(hosts.local)
@@ -119,6 +125,7 @@ class HierTransport(Transport):
         self._parts: list[Transport] = []
         try:
             self.flat = self._add(MpiTransport(mpicomm, timeout, pids, local))
+            self.flat.grace = grace(timeout)
             mine = hosts.members(hosts.host)
             here = self._split(mpicomm, hosts.host, self.rank)
             self.local = self._add(_HostShm(here, local_timeout(timeout),

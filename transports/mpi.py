@@ -103,6 +103,9 @@ def _free(comm, lock):
 class MpiTransport(Transport):
     name = "mpi"
     caps = Capabilities(relays_deaths=True)  # waits watch the peers of their requests alone
+    # seconds a wait that times out on live ranks of this host waits more
+    # for their notice (hier's flat part: transports/hier.py)
+    grace = 0.0
 
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
@@ -114,6 +117,11 @@ class MpiTransport(Transport):
 
     def notify(self, seq: int, text: str) -> None:
         self.notices.send(seq, text)
+
+    def near(self, ranks: list[int]) -> bool:
+        """Whether one of ``ranks`` is on this host and alive."""
+        here = [r for r in ranks if not self.remote[r]]
+        return bool(here) and len(self.liveness.dead(here)) < len(here)
 
     def close(self) -> None:
         for ep in (self.coll, self.p2p, self.notices):
@@ -334,7 +342,7 @@ class MpiEndpoint(Endpoint):
 
     def waitall(self, reqs: Iterable[Request]) -> None:
         pending = [r for r in reqs if not r.finished]
-        dl = Deadline(self.t.timeout, self.t.rank)
+        dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
         polls, nap = 0, 0.0
         while pending:
             still = [r for r in pending if not r.test()]
