@@ -12,7 +12,7 @@ Inter-host bytes per rank, S = the call's message size as docs/algorithms.md
 defines it, H hosts, L ranks per host (L_h on host h), B one rank's
 block (N blocks in all):
   all_reduce hier_slices  2(H-1)/H * S/L sent and received by every rank
-                          (equal hosts only)
+                          (equal hosts only); hier_pipelined the same
   all_reduce hier_mirror  every rank: the table's flat all-reduce among H
                           ranks of S (equal hosts only)
   all_reduce hier_leader  leaders: the table's flat all-reduce among H
@@ -40,6 +40,7 @@ from . import broadcast as _bc
 from . import reduce as _reduce
 from . import reduce_scatter as _rs
 from . import ring as _ring
+from . import selection
 from transports.errors import CollectiveError, renumber
 
 from .algorithm import Algorithm
@@ -101,6 +102,65 @@ def hier_slices(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     piece = buf[b[l]:b[l + 1]]
     _run(_ar, "ring", cr, piece, piece, op)
     _on(loc, _ring.all_gather, loc, buf, b)
+
+
+class _Across:
+    """The all-reduce of one chunk's slice among the hosts (the ranks of
+    ``cr``, one per host), in flight while the host works on the next
+    chunk: a reduce-scatter of the slice's H blocks (block j to host j),
+    then an all-gather of the reduced blocks, each as messages posted at
+    once; 2(H-1)/H of the slice sent and received, as the ring.  The blocks
+    of the other hosts are received apart and reduced in host order, so
+    that every rank ends with the same bits, run after run."""
+
+    def __init__(self, cr, piece: np.ndarray, op):
+        self.cr, self.piece, self.op = cr, piece, op
+        h, me = cr.size, cr.rank
+        self.b = b = block_bounds(piece.size, h)
+        self.mine = piece[b[me]:b[me + 1]]
+        self.theirs = {j: np.empty_like(self.mine) for j in range(h) if j != me}
+        self.reqs = _on(cr, _post, cr, [(cr.irecv, t, j) for j, t in self.theirs.items()] +
+                        [(cr.isend, piece[b[j]:b[j + 1]], j) for j in self.theirs])
+
+    def finish(self) -> None:
+        cr, piece, b, me = self.cr, self.piece, self.b, self.cr.rank
+        _on(cr, cr.waitall, self.reqs)
+        parts = [self.mine if j == me else self.theirs[j] for j in range(cr.size)]
+        acc = parts[0].copy()
+        for x in parts[1:]:
+            self.op(acc, x, out=acc)
+        np.copyto(self.mine, acc)
+        others = list(self.theirs)
+        _on(cr, _swap, cr, [(cr.irecv, piece[b[j]:b[j + 1]], j) for j in others] +
+            [(cr.isend, self.mine, j) for j in others])
+
+
+def _post(ep, posts) -> list:
+    return [post(*args) for post, *args in posts]
+
+
+def hier_pipelined(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
+    """hier_slices chunk by chunk, the steps of consecutive chunks at once:
+    the hosts exchange chunk k's slices (_Across) while the ranks of a host
+    reduce-scatter chunk k + 1 among themselves, as NCCL and Open MPI's
+    coll/han pipeline theirs; the bytes of hier_slices."""
+    loc, cr = ep.local, ep.cross
+    n, l = loc.size, loc.rank
+    _ar.alone(src, buf, op)
+    k = max(1, min(selection.PIPELINE_CHUNKS, buf.nbytes // selection.PIPELINE_CHUNK_BYTES))
+    cb = block_bounds(buf.size, k)
+    flying = None
+    for c in range(k + 1):
+        if c < k:
+            chunk = buf[cb[c]:cb[c + 1]]
+            b = block_bounds(chunk.size, n)
+            _on(loc, _ring.reduce_scatter, loc, chunk, b, op, shift=-1)
+            nxt = (_Across(cr, chunk[b[l]:b[l + 1]], op), chunk, b)
+        if flying is not None:
+            across, done, db = flying
+            across.finish()
+            _on(loc, _ring.all_gather, loc, done, db)
+        flying = nxt if c < k else None
 
 
 def hier_leader(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
@@ -293,6 +353,7 @@ def _hier(name: str, run, equal_hosts: bool = False) -> Algorithm:
 
 ALGORITHMS: dict[str, tuple[Algorithm, ...]] = {
     "all_reduce": (_hier("hier_slices", hier_slices, equal_hosts=True),
+                   _hier("hier_pipelined", hier_pipelined, equal_hosts=True),
                    _hier("hier_mirror", hier_mirror, equal_hosts=True),
                    _hier("hier_leader", hier_leader)),
     "broadcast": (_hier("hier", broadcast),),

@@ -187,6 +187,11 @@ TABLE: dict[str, tuple[Row, ...]] = {
 # (collectives/small.py): at most one exchange buffer (at least 4096 bytes,
 # transports.md), where the table picks direct's one round
 SMALL_ALL_REDUCE_BYTES = 4096
+# hierarchical.hier_pipelined: chunks of at least this many bytes, at most
+# this many (their steps overlap: one chunk between hosts while the next is
+# reduced within them)
+PIPELINE_CHUNK_BYTES = 1 << 20
+PIPELINE_CHUNKS = 16
 # one_copy.regions_or_staged's ``huge``: from this share of every source on
 # huge pages (all_to_all at N = 2, 4 MiB: process_vm_readv from sources all,
 # half and not on huge pages 238, 321 and 393 us against the staged 285;

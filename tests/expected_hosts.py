@@ -30,7 +30,7 @@ def expected_inter(call: str, alg: str, host_of: list[int], r: int, S: int,
     lead = l == 0
     if H == 1 or call == "barrier":
         return 0, 0
-    if call == "all_reduce" and alg == "hier_slices":
+    if call == "all_reduce" and alg in ("hier_slices", "hier_pipelined"):
         x = F(2 * (H - 1), H) * F(S, L)
         return x, x
     if call == "all_reduce" and alg == "hier_mirror":  # every rank as a leader

@@ -174,7 +174,7 @@ def main(out: str) -> None:
                 continue
             equal = len({host_of.count(h) for h in range(hosts)}) == 1
             c.expect(("hier_slices" in hier_algs) == equal == ("hier_mirror" in hier_algs)
-                     and "hier_leader" in hier_algs,
+                     == ("hier_pipelined" in hier_algs) and "hier_leader" in hier_algs,
                      f"hier all_reduce algorithms {hier_algs} on {hosts_env}")
             check_traffic(c, comm, host_of)
             for color, key in ((comm.rank % 2, -comm.rank), (comm.host, comm.rank)):

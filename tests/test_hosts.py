@@ -79,7 +79,7 @@ def test_layout_arithmetic_and_choice():
     assert h.remote == [False, True, False, True] and h.members(1) == [1, 3]
     odd = Hosts(3, number(list("aabc")), (0,) * 4, (True,) * 4)
     assert (odd.hosts, odd.host, odd.local_rank, odd.local_size, odd.equal) == (3, 2, 0, 1, False)
-    for alg in ("hier_slices", "hier_mirror"):  # equal hosts only
+    for alg in ("hier_slices", "hier_pipelined", "hier_mirror"):  # equal hosts only
         assert alg not in offered(hier, hosts=odd)["all_reduce"]
         assert alg in offered(hier, hosts=h)["all_reduce"]
     assert not any(a.startswith("hier") for a in offered(shm)["all_reduce"])
