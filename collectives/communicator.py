@@ -280,7 +280,7 @@ class Communicator(HostsInfo):
                 # the other ranks would wait for this one until their timeout
                 what = describe(e)
                 self._t.notify(seq, f"rank {self.rank} detected an error in {call} #{seq}: "
-                                    f"{what}")
+                                    f"{what}", skip=getattr(e, "ranks", ()))
             raise
 
     def _avg(self, op: Op, arr: np.ndarray) -> None:

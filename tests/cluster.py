@@ -128,3 +128,20 @@ def leftovers() -> list[str]:
     if os.path.exists("/run/cc-cluster"):
         out.append("/run/cc-cluster")
     return out
+
+
+def describe() -> list[str]:
+    """The processes in the hosts: pid, namespace, state, command line."""
+    out = []
+    for pid in processes():
+        try:
+            with open(f"/proc/{pid}/cmdline") as f:
+                cmd = f.read().replace("\0", " ")[:160]
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        ns = subprocess.run(["ip", "netns", "identify", pid], capture_output=True,
+                            text=True).stdout.strip()
+        out.append(f"{pid} {ns} {state} {cmd}")
+    return out

@@ -175,8 +175,8 @@ class HierTransport(Transport):
         # (collectives/hierarchical.py), flat's numbering is the whole's
         renumber(e, range(self.size), self.hosts.host_of, self.hosts.names)
 
-    def notify(self, seq: int, text: str) -> None:
-        self.flat.notify(seq, text)
+    def notify(self, seq: int, text: str, skip=()) -> None:
+        self.flat.notify(seq, text, skip)
         self.local.notify(seq, text)
 
     def close(self) -> None:

@@ -115,8 +115,8 @@ class MpiTransport(Transport):
         self.p2p = MpiEndpoint(self, mpicomm.Dup(), "send/recv")
         self.notices = Notices(self, mpicomm, tag_ub)
 
-    def notify(self, seq: int, text: str) -> None:
-        self.notices.send(seq, text)
+    def notify(self, seq: int, text: str, skip=()) -> None:
+        self.notices.send(seq, text, skip)
 
     def near(self, ranks: list[int]) -> bool:
         """Whether one of ``ranks`` is on this host and alive."""
@@ -151,12 +151,14 @@ class Notices:
         self.sent: list = []  # (request, buffer) of each notice, never waited for
         self.heard: dict[int, tuple[int, str]] = {}  # peer -> its first notice
 
-    def send(self, seq: int, text: str) -> None:
+    def send(self, seq: int, text: str, skip=()) -> None:
         buf = np.frombuffer(int(seq).to_bytes(8, "little", signed=True)
                             + text.encode()[:NOTE_BYTES], np.uint8).copy()
+        peers = [p for p in range(self.t.size) if p != self.t.rank and p not in skip]
+        gone = set(self.t.liveness.dead(peers))  # on this machine, by process id
         with self.t.lock:
-            for p in range(self.t.size):
-                if p != self.t.rank:
+            for p in peers:
+                if p not in gone:
                     self.sent.append((self.comm.Isend([buf, MPI.BYTE], p, self.tag), buf))
 
     def check(self, seq: int) -> None:

@@ -83,8 +83,8 @@ class ShmTransport(Transport):
     def arrived(self, r: int) -> int:
         return self.seg.arrived(r)
 
-    def notify(self, seq: int, text: str) -> None:
-        self.seg.notify(seq, text)
+    def notify(self, seq: int, text: str, skip=()) -> None:
+        self.seg.notify(seq, text)  # a note in the segment: no message to anyone
 
     def watch(self, seq: int) -> None:
         """Raise what a peer's rank block says about collective ``seq``
