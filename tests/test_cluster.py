@@ -29,9 +29,9 @@ if _why:
     pytest.skip(f"no cluster here: {_why}", allow_module_level=True)
 
 # wire bytes over the library's payload: TCP/IP headers (the veths segment
-# up to 64 KiB at a time: 0.1-0.3 % measured) and a few KiB of MPI's own
+# up to 64 KiB at a time: 0.1-0.3 % measured, 1.7 % once on a loaded machine) and a few KiB of MPI's own
 # messages (barriers, acknowledgements) per call
-OVERHEAD, SLACK = 0.01, 16 << 10
+OVERHEAD, SLACK = 0.03, 16 << 10
 TIMEOUT = 3.0  # tests/faults.py's
 
 
