@@ -280,7 +280,7 @@ class Communicator(HostsInfo):
                 # the other ranks would wait for this one until their timeout
                 what = describe(e)
                 self._t.notify(seq, f"rank {self.rank} detected an error in {call} #{seq}: "
-                                    f"{what}", skip=getattr(e, "ranks", ()))
+                                    f"{what}", skip=_lost(e))
             raise
 
     def _avg(self, op: Op, arr: np.ndarray) -> None:
@@ -522,6 +522,13 @@ class Communicator(HostsInfo):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _lost(e: BaseException) -> list[int]:
+    """The ranks that error ``e`` found dead or silent: a notice is not sent
+    them (a message to a dead rank can stall MPI's send); the ranks of any
+    other error are alive and are told."""
+    return list(e.ranks) if isinstance(e, (PeerFailure, CollectiveTimeout)) else []
 
 
 def _news(e: BaseException) -> bool:

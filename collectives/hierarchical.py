@@ -39,10 +39,10 @@ from . import barrier as _barrier
 from . import broadcast as _bc
 from . import reduce as _reduce
 from . import reduce_scatter as _rs
-from . import ring as _ring
-from . import selection
 from transports.errors import CollectiveError, renumber
 
+from . import ring as _ring
+from . import selection
 from .algorithm import Algorithm
 from .ranks import block_bounds
 
@@ -135,10 +135,6 @@ class _Across:
             [(cr.isend, self.mine, j) for j in others])
 
 
-def _post(ep, posts) -> list:
-    return [post(*args) for post, *args in posts]
-
-
 def hier_pipelined(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     """hier_slices chunk by chunk, the steps of consecutive chunks at once:
     the hosts exchange chunk k's slices (_Across) while the ranks of a host
@@ -149,18 +145,21 @@ def hier_pipelined(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     _ar.alone(src, buf, op)
     k = max(1, min(selection.PIPELINE_CHUNKS, buf.nbytes // selection.PIPELINE_CHUNK_BYTES))
     cb = block_bounds(buf.size, k)
+
+    def land(across: _Across, chunk: np.ndarray, b) -> None:
+        across.finish()
+        _on(loc, _ring.all_gather, loc, chunk, b)
+
     flying = None
-    for c in range(k + 1):
-        if c < k:
-            chunk = buf[cb[c]:cb[c + 1]]
-            b = block_bounds(chunk.size, n)
-            _on(loc, _ring.reduce_scatter, loc, chunk, b, op, shift=-1)
-            nxt = (_Across(cr, chunk[b[l]:b[l + 1]], op), chunk, b)
+    for c in range(k):
+        chunk = buf[cb[c]:cb[c + 1]]
+        b = block_bounds(chunk.size, n)
+        _on(loc, _ring.reduce_scatter, loc, chunk, b, op, shift=-1)
+        nxt = (_Across(cr, chunk[b[l]:b[l + 1]], op), chunk, b)
         if flying is not None:
-            across, done, db = flying
-            across.finish()
-            _on(loc, _ring.all_gather, loc, done, db)
-        flying = nxt if c < k else None
+            land(*flying)
+        flying = nxt
+    land(*flying)
 
 
 def hier_leader(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
@@ -224,9 +223,14 @@ def reduce(ep, x: np.ndarray, out, op, root: int) -> None:
 
 # -- all_gather and reduce_scatter ------------------------------------------------
 
+def _post(ep, posts) -> list:
+    """Post every ``(post, *args)`` of ``posts`` (on ``ep``); their requests."""
+    return [post(*args) for post, *args in posts]
+
+
 def _swap(ep, posts) -> None:
-    """Post every ``(post, *args)`` of ``posts`` on ``ep``, then wait for all."""
-    ep.waitall([post(*args) for post, *args in posts])
+    """Post ``posts`` on ``ep``, then wait for all."""
+    ep.waitall(_post(ep, posts))
 
 
 def _bundles(ep, m: int):

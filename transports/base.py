@@ -278,8 +278,8 @@ class Transport:
     def notify(self, seq: int, text: str, skip: Sequence[int] = ()) -> None:
         """Tell every peer that this rank gave up collective ``seq`` on an
         error it detected (``text``: what the peers raise, as ``peer_notice``),
-        but the ranks of ``skip`` (those the error names: a message to a
-        dead rank can stall MPI, as MPICH's tcp netmod's send does).  Only
+        but the ranks of ``skip`` (those it found dead or silent: a message
+        to a dead rank can stall MPI, as MPICH's tcp netmod's send does).  Only
         on the failure path: it never waits and never raises."""
 
     def close(self) -> None:

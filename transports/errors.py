@@ -82,8 +82,8 @@ def renumber(e: CollectiveError, world, host_of, names) -> CollectiveError:
     """Put error ``e``, raised inside a part of a communicator whose rank r
     is rank ``world[r]`` of the whole one, in the whole one's ranks, each
     group of them with its host: ``e.ranks`` mapped, and in its words every
-    "rank(s) [r, ...]" (then "... on host X") and "rank r" (then "(host X)"
-    where the host is another's than the text's other ranks).  ``host_of``:
+    "rank(s) [r, ...]" (then "... on host X") and "rank r" (then "(host
+    X)").  ``host_of``:
     each whole rank's host index, ``names`` the hosts' names.  A notice
     relayed from another rank is in that rank's words (the whole
     communicator's ranks) and keeps them.  Once per error: a renumbered
@@ -113,11 +113,9 @@ def renumber(e: CollectiveError, world, host_of, names) -> CollectiveError:
     return e
 
 
-_MANY = re.compile(r"rank\(s\) \[(\d+(?:, \d+)*)\]")
+_RANKS = r"rank\(s\) \[(\d+(?:, \d+)*)\]"  # "rank(s) [2, 3]", the ranks a group
+_MANY = re.compile(_RANKS)
 _ONE = re.compile(r"\brank (\d+)\b")
-
-
-_LATE = re.compile(r"detected an error in \S+ #\d+: timed out after \S+ in \S+: "
-                   r"no progress from rank\(s\) \[(\d+(?:, \d+)*)\]")
-_DIED = re.compile(r"detected an error in \S+ #\d+: rank\(s\) \[(\d+(?:, \d+)*)\]"
-                   r"(?: on hosts? .+?)? died during ")
+_TOLD = r"detected an error in \S+ #\d+: "
+_LATE = re.compile(_TOLD + r"timed out after \S+ in \S+: no progress from " + _RANKS)
+_DIED = re.compile(_TOLD + _RANKS + r"(?: on hosts? .+?)? died during ")
