@@ -71,3 +71,57 @@ def reduce_scatter_out(x, out, me: int, size: int, device: int | None):
     v.out(c, out, x.shape[1:], x, "x.shape[1:]", device)
     v.block_in_place(c, x, out, me)
     return out
+
+
+def counts(c: str, name: str, cs, size: int) -> tuple[int, ...]:
+    """A variable-count call's ``counts``: ``size`` ints >= 0 (a list, tuple
+    or 1-D integer array)."""
+    if isinstance(cs, (str, bytes)) or not hasattr(cs, "__len__"):
+        raise TypeError(f"{c}: {name} must be a sequence of {size} ints, got "
+                        f"{type(cs).__name__}")
+    if len(cs) != size:
+        raise ValueError(f"{c}: {name} has {len(cs)} entries, expected one per rank ({size})")
+    out = tuple(v.integer(c, f"{name}[{i}]", k) for i, k in enumerate(cs))
+    for i, k in enumerate(out):
+        if k < 0:
+            raise ValueError(f"{c}: {name}[{i}]={k} is negative")
+    return out
+
+
+def rows_sum(c: str, name: str, cs: tuple, x) -> None:
+    """``x`` has the rows that counts ``cs`` sum to."""
+    if sum(cs) != x.shape[0]:
+        raise ValueError(f"{c}: {name} sum to {sum(cs)} but x has {x.shape[0]} rows "
+                         f"(shape {x.shape})")
+
+
+def has_rows(c: str, name: str, x) -> None:
+    """``x`` has a first axis (the rows that counts count)."""
+    if x.ndim == 0:
+        raise ValueError(f"{c}: {name} is 0-d; counts count rows along its first axis")
+
+
+def own_count(c: str, name: str, cs: tuple, me: int, x, what: str = "x") -> None:
+    """This rank's count in ``cs`` is the rows of its ``x``."""
+    if cs[me] != x.shape[0]:
+        raise ValueError(f"{c}: {name}[{me}]={cs[me]} but this rank's {what} has "
+                         f"{x.shape[0]} rows (shape {x.shape})")
+
+
+def rows_out(c: str, x, out, total: int, rest: tuple, device, what: str):
+    """The result of ``total`` rows shaped ``rest``: a new array like ``x``,
+    or the caller's checked ``out``."""
+    if out is None:
+        return empty((total, *rest), x)
+    return v.out(c, out, (total, *rest), x, what, device)
+
+
+def block_at(c: str, whole, part, start: int) -> None:
+    """``part`` may overlap ``whole`` only as exactly its elements from
+    ``start`` on (in place); ValueError otherwise."""
+    import numpy as np
+    from .arrays import address
+    if part.nbytes and np.may_share_memory(whole, part) and \
+            address(part) != address(whole) + start * part.itemsize:
+        raise ValueError(f"{c}: x and out overlap; they may share memory only as this "
+                         "rank's block of the larger one, for in place")

@@ -32,3 +32,37 @@ def address(a) -> int:
     if isinstance(a, np.ndarray):
         return a.__array_interface__["data"][0]
     return a.data.ptr
+
+
+_DL_CPU, _DL_CUDA = 1, 2  # DLPack's device types (dlpack.h, DLDeviceType)
+
+
+def adopt(a):
+    """An array from the rest of the ecosystem as a numpy (or CuPy) array over
+    the same memory, without a copy: an object with ``__dlpack__`` (torch
+    and JAX CPU tensors; CUDA ones as CuPy arrays where CuPy is imported),
+    ``__array_interface__``, ``__cuda_array_interface__`` (CuPy imported) or
+    the buffer protocol (``memoryview``, ``array.array``, ``bytearray``: the
+    buffer's format gives the dtype).  numpy and CuPy arrays, None, and
+    anything else come back as they are (the argument checks refuse what
+    is not an array)."""
+    if a is None or isinstance(a, (np.ndarray, np.generic)) or is_device(a):
+        return a  # a numpy scalar is not an array (refused as one)
+    if hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
+        kind = a.__dlpack_device__()[0]
+        if kind == _DL_CPU:
+            return np.from_dlpack(a)
+        cp = sys.modules.get("cupy")
+        if kind == _DL_CUDA and cp is not None:
+            return cp.from_dlpack(a)
+        return a
+    if hasattr(a, "__array_interface__"):
+        return np.asarray(a)
+    if hasattr(a, "__cuda_array_interface__"):
+        cp = sys.modules.get("cupy")
+        return a if cp is None else cp.asarray(a)
+    try:
+        view = memoryview(a)
+    except TypeError:
+        return a
+    return np.asarray(view)

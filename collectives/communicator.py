@@ -11,17 +11,18 @@ from transports.base import UNCHECKED, broken_error
 from transports.errors import describe
 
 from . import arguments as args
-from . import debug, regions, runtime, selection
+from . import callkey, debug, objects, prefix, regions, runtime, selection, variable
 from . import validate as v
 from .debug import CollectiveMismatch
 from . import tuning as tuning_file
 from .adapt import Choice, Chooser
-from .families import FAMILIES, offered
+from .families import FAMILIES, MORE, offered
 from .topology import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
 from .small import SmallAllReduce, plain_out
+from .arrays import adopt
 from .traffic import Traffic
 from .work import Executor, Work
 
@@ -101,7 +102,8 @@ class Communicator(HostsInfo):
         # all_reduce of up to this many bytes skips the scheduling (see there)
         self._small = selection.SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
             else 0
-        # (op, dtype) -> (ufunc, avg, ieee) for the pairs all_reduce has checked
+        # (op, dtype) -> (ufunc, avg, ieee, call key's fields) for the pairs
+        # all_reduce has checked
         self._small_ok: dict = {}
         self._seq = 0
         self._where = (self.rank, self.size, self._device)  # what arguments.py checks against
@@ -153,9 +155,9 @@ class Communicator(HostsInfo):
     def _family(self, call: str, name: str) -> dict:
         """The algorithms offered here for collective ``name`` (``call``: the
         method asking, named in the error)."""
-        if name not in FAMILIES:
+        if name not in self._tables:
             raise ValueError(f"{call}: unknown collective {name!r}; expected one of "
-                             f"{sorted(FAMILIES)}")
+                             f"{sorted(self._tables)}")
         return self._tables[name]
 
     def __repr__(self) -> str:
@@ -216,13 +218,14 @@ class Communicator(HostsInfo):
         return self._device is not None and not isinstance(a, np.ndarray)
 
     def _run(self, call: str, body: Callable[[Any], Any], async_op: bool, sig: tuple,
-             on_device: bool = False, ieee: bool = False):
+             on_device: bool = False, ieee: bool = False, counts: tuple | None = None):
         """Queue ``body(endpoint)`` as the next collective of this communicator.
         ``sig``: (count, dtype, op, root, algorithm name), what the ranks
         compare in debug mode.  ``on_device``: the arrays are CuPy's; the
         transport orders the call's GPU work after the caller's and returns
         once it is done.  ``ieee``: a floating reduction, run with numpy's
-        floating-point warnings off (ops.quietly)."""
+        floating-point warnings off (ops.quietly).  ``counts``: a
+        variable-count call's counts, which its call key holds (a hash)."""
         if on_device:
             body = self._t.on_device(body, call)
         self._seq += 1
@@ -230,19 +233,23 @@ class Communicator(HostsInfo):
         mine = None
         if self._debug:  # what every rank must agree on (collectives/debug.py)
             mine = debug.signature(call, seq, *sig)
-        key = sig[0] * sig[1].itemsize if sig[1] is not None else 0  # the call size
+        count, dtype, op, root = sig[:4]
+        # the call key: what every rank's call must agree on (callkey.py)
+        key = callkey.key(count * dtype.itemsize if dtype is not None else 0,
+                          callkey.low(call, dtype, op, root, counts))
         return self._exec.submit(lambda: self._execute(call, seq, body, ieee, mine, key), call,
                                  bool(async_op))
 
     def _move(self, call: str, alg: Callable, args: tuple, result, async_op: bool,
-              sig: tuple, like=None):
+              sig: tuple, like=None, counts: tuple | None = None):
         """``_run`` of a call that moves data without reducing it: ``alg(ep,
         *args)``, then ``result``; ``like``: one of the call's arrays (whether
         they are CuPy's)."""
         def body(ep):
             alg(ep, *args)
             return result
-        return self._run(call, body, async_op, sig, like is not None and self._on_device(like))
+        return self._run(call, body, async_op, sig, like is not None and self._on_device(like),
+                         counts=counts)
 
     def _execute(self, call: str, seq: int, body: Callable[[Any], Any], ieee: bool,
                  mine=None, key: int = 0):
@@ -257,12 +264,16 @@ class Communicator(HostsInfo):
         # debug mode compares sizes in its signatures first (UNCHECKED meanwhile)
         ep.tag, ep.call_bytes = seq, key if mine is None else UNCHECKED
         ep.what = call  # named in stall reports and timeout errors
+        ep.sync_sends = call in _SYNC  # a rank that only sends waits to be received
         self._t.set_arrived(seq, ep.call_bytes)
         try:
             if mine is not None:
                 debug.check(ep.exchange(mine))
             ep.call_bytes = key
-            return quietly(body, ep) if ieee else body(ep)
+            result = quietly(body, ep) if ieee else body(ep)
+            if ep.sync_sends:  # a peer that refused this rank's data has said so by now
+                self._t.heard(seq)
+            return result
         except CollectiveMismatch as e:
             # found on every rank before any payload moves: the ranks are
             # still in step, and the communicator stays usable
@@ -279,8 +290,10 @@ class Communicator(HostsInfo):
                     (own and isinstance(e, CollectiveTimeout) and caps.relays_timeouts):
                 # the other ranks would wait for this one until their timeout
                 what = describe(e)
-                self._t.notify(seq, f"rank {self.rank} detected an error in {call} #{seq}: "
-                                    f"{what}", skip=_lost(e))
+                at = getattr(e, "seq", seq)  # an earlier call's stray concerns that call
+                where = f"{call} #{at}" if at == seq else f"collective #{at}"
+                self._t.notify(at, f"rank {self.rank} detected an error in {where}: {what}",
+                               skip=_lost(e))
             raise
 
     def _avg(self, op: Op, arr: np.ndarray) -> None:
@@ -293,6 +306,7 @@ class Communicator(HostsInfo):
         """Fill ``buf`` on every rank with root's ``buf``; returns ``buf``."""
         c = "broadcast"
         self._open(c)
+        buf = adopt(buf)
         v.array(c, "buf", buf, writable=True, device=self._device)
         root = v.rank(c, "root", root, self.size)
         name, alg = self._pick(c, algorithm, buf.nbytes, buf)
@@ -307,6 +321,7 @@ class Communicator(HostsInfo):
         only, where ``out`` may be ``x[root]`` (in place)."""
         c = "scatter"
         self._open(c)
+        x, out = adopt(x), adopt(out)
         root, xf = args.scatter(x, out, root, *self._where)
         name, alg = self._pick(c, algorithm, out.nbytes, out)
         return self._move(c, alg, (xf, out.reshape(-1), root), out, async_op,
@@ -318,6 +333,7 @@ class Communicator(HostsInfo):
         be ``out[root]`` (in place); None elsewhere."""
         c = "gather"
         self._open(c)
+        x, out = adopt(x), adopt(out)
         root, out = args.gather(x, out, root, *self._where)
         name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         of = None if out is None else out.reshape(-1)
@@ -329,6 +345,7 @@ class Communicator(HostsInfo):
         """On root, the elementwise reduction of every rank's ``x``; None elsewhere."""
         c = "reduce"
         self._open(c)
+        x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
         o = resolve(op, x.dtype)
         root = v.rank(c, "root", root, self.size)
@@ -355,6 +372,7 @@ class Communicator(HostsInfo):
         """``out[i]`` = rank i's ``x`` on every rank (shape (size, *x.shape))."""
         c = "all_gather"
         self._open(c)
+        x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
         out = args.rows(c, x, out, *self._where)  # x may be out[rank] (in place)
         name, alg = self._pick(c, algorithm, x.nbytes, x, out)
@@ -366,6 +384,7 @@ class Communicator(HostsInfo):
         """Block ``rank`` of the reduction of every rank's ``x`` (shape (size, *s)) -> shape s."""
         c = "reduce_scatter"
         self._open(c)
+        x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
@@ -385,6 +404,7 @@ class Communicator(HostsInfo):
         """``out[j]`` = rank j's ``x[rank]``; x and out have shape (size, *s)."""
         c = "all_to_all"
         self._open(c)
+        x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
@@ -411,16 +431,18 @@ class Communicator(HostsInfo):
                 if out is None:
                     out = np.empty(x.shape, x.dtype)
                 self._seq += 1
-                uf, avg, ieee = ok
+                uf, avg, ieee, low = ok
                 return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee,
-                                     key=x.nbytes)
+                                     key=callkey.key(x.nbytes, low))
         self._open(c)
+        x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
         o = resolve(op, x.dtype)
         out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         nb = x.nbytes
         if self._small and isinstance(x, np.ndarray):
-            self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype))
+            self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype),
+                                           callkey.low(c, x.dtype, o))
         name, alg = self._pick(c, algorithm, nb, x, out)
         of, uf = out.reshape(-1), REDUCERS[o]
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out
@@ -431,6 +453,263 @@ class Communicator(HostsInfo):
             return out
         return self._run(c, body, async_op, (x.size, x.dtype, o, None, name),
                          self._on_device(x), is_inexact(x.dtype))
+
+    # -- variable counts (collectives/variable.py) ---------------------------
+    def all_gather_v(self, x, counts=None, out=None, *, algorithm: str | None = None,
+                     async_op: bool = False):
+        """Every rank's ``x`` (rank i's has ``counts[i]`` rows) concatenated in
+        rank order along the first axis, on every rank: shape (sum(counts),
+        *x.shape[1:]).  ``counts`` None: the ranks agree them first (one small
+        all_gather).  ``x`` may be this rank's block of ``out`` (in place)."""
+        c = "all_gather_v"
+        name, x, out = self._begin(c, algorithm, x, out)
+        cs = self._counts(c, counts, x)
+        rest, row = x.shape[1:], _row(x)
+        out = args.rows_out(c, x, out, sum(cs), rest, self._device, "(sum(counts), *x.shape[1:])")
+        b = variable.bounds(cs, row)
+        args.block_at(c, out, x, b[self.rank])
+        of = out.reshape(-1)
+        twin = (x.reshape(-1), of)
+        return self._variable(c, name, cs, x, out, twin,
+                              (x.reshape(-1), of, b), out, async_op,
+                              (b[-1], x.dtype, None, None, name))
+
+    def gather_v(self, x, counts=None, out=None, root: int = 0, *,
+                 algorithm: str | None = None, async_op: bool = False):
+        """On root, every rank's ``x`` (rank i's has ``counts[i]`` rows)
+        concatenated in rank order: shape (sum(counts), *x.shape[1:]); None
+        elsewhere.  ``counts`` None: agreed first.  On root ``x`` may be
+        root's block of ``out`` (in place)."""
+        c = "gather_v"
+        name, x, out = self._begin(c, algorithm, x, out)
+        root = v.rank(c, "root", root, self.size)
+        cs = self._counts(c, counts, x)
+        b = variable.bounds(cs, _row(x))
+        of = None
+        if self.rank == root:
+            out = args.rows_out(c, x, out, sum(cs), x.shape[1:], self._device,
+                                "(sum(counts), *x.shape[1:])")
+            args.block_at(c, out, x, b[root])
+            of = out.reshape(-1)
+        else:
+            out = None
+        twin = (x.reshape(-1), of, root)
+        return self._variable(c, name, cs, x, out, twin, (x.reshape(-1), of, b, root), out, async_op,
+                              (b[-1], x.dtype, None, root, name))
+
+    def scatter_v(self, x, counts, out=None, root: int = 0, *, algorithm: str | None = None,
+                  async_op: bool = False):
+        """Rank i gets rows ``sum(counts[:i])`` to ``sum(counts[:i+1])`` of
+        root's ``x``: shape (counts[i], *x.shape[1:]).  ``x`` is read on root
+        only; elsewhere pass ``out``, or an ``x`` of the dtype and row shape
+        of the result (its values unread), from which ``out`` is made.  On
+        root ``out`` may be root's block of ``x`` (in place)."""
+        c = "scatter_v"
+        self._open(c)
+        x, out = adopt(x), adopt(out)
+        name = self._vname(c, algorithm)
+        root = v.rank(c, "root", root, self.size)
+        cs = args.counts(c, "counts", counts, self.size)
+        me = self.rank
+        if out is None:
+            if x is None:
+                raise ValueError(f"{c}: pass out, or an x whose dtype and row shape the "
+                                 "result takes (on ranks other than root its values are unread)")
+            v.array(c, "x", x, device=self._device)
+            args.has_rows(c, "x", x)
+            out = args.rows_out(c, x, None, cs[me], x.shape[1:], self._device, "")
+        v.array(c, "out", out, writable=True, device=self._device)
+        args.has_rows(c, "out", out)
+        args.own_count(c, "counts", cs, me, out, "out")
+        b = variable.bounds(cs, _row(out))
+        xf = None
+        if me == root:
+            v.array(c, "x", x, device=self._device)
+            v.same_kind(c, x, out)
+            if x.shape != (sum(cs), *out.shape[1:]) or x.dtype != out.dtype:
+                raise ValueError(f"{c}: x on root has shape {x.shape} and dtype {x.dtype}, "
+                                 f"expected {(sum(cs), *out.shape[1:])} and {out.dtype} "
+                                 "(sum(counts) rows shaped like out's)")
+            args.block_at(c, x, out, b[root])
+            xf = x.reshape(-1)
+        twin = (xf, out.reshape(-1), root)
+        return self._variable(c, name, cs, out, out, twin, (xf, out.reshape(-1), b, root), out,
+                              async_op, (b[-1], out.dtype, None, root, name))
+
+    def all_to_all_v(self, x, send_counts, recv_counts=None, out=None, *,
+                     algorithm: str | None = None, async_op: bool = False):
+        """``x`` holds the blocks for ranks 0..N-1 in order (``send_counts[j]``
+        rows for rank j); the result the blocks from ranks 0..N-1
+        (``recv_counts[j]`` rows from rank j), shape (sum(recv_counts),
+        *x.shape[1:]).  ``recv_counts`` None: the ranks agree them first (one
+        small all_to_all of the counts)."""
+        c = "all_to_all_v"
+        name, x, out = self._begin(c, algorithm, x, out)
+        sc = args.counts(c, "send_counts", send_counts, self.size)
+        args.rows_sum(c, "send_counts", sc, x)
+        n, matrix = self.size, None
+        if recv_counts is None:  # every rank's send_counts, to every rank
+            matrix = self.all_gather(np.array(sc, np.int64)).tolist()
+            rc = tuple(int(matrix[j][self.rank]) for j in range(n))
+        else:
+            rc = args.counts(c, "recv_counts", recv_counts, self.size)
+        row = _row(x)
+        out, _ = args.result(c, x, out, (sum(rc), *x.shape[1:]),
+                             "(sum(recv_counts), *x.shape[1:])", self._device)
+        if isinstance(x, np.ndarray) and np.may_share_memory(x, out):
+            raise ValueError(f"{c}: out overlaps x; all_to_all_v has no in-place form")
+        sb, rb = variable.bounds(sc, row), variable.bounds(rc, row)
+        # the fixed-count twin where every rank knows that every count is
+        # equal (the agreed matrix); the counts in the call key where every
+        # rank knows them all
+        flat = None if matrix is None else tuple(k for r in matrix for k in r)
+        equal = flat is not None and len(set(flat)) == 1
+        total = 0 if flat is None else sum(flat) * row
+        twin = (x.reshape(-1), out.reshape(-1))
+        return self._variable(c, name, flat, x, out, twin,
+                              (x.reshape(-1), out.reshape(-1), sb, rb), out, async_op,
+                              (total, x.dtype, None, None, name), equal=equal)
+
+    def reduce_scatter_v(self, x, counts, out=None, op="sum", *,
+                         algorithm: str | None = None, async_op: bool = False):
+        """Rank r gets block r (``counts[r]`` rows, from row sum(counts[:r]))
+        of the elementwise reduction of every rank's ``x`` (sum(counts) rows).
+        ``out`` may be this rank's block of ``x`` (in place)."""
+        c = "reduce_scatter_v"
+        name, x, out = self._begin(c, algorithm, x, out)
+        o = resolve(op, x.dtype)
+        cs = args.counts(c, "counts", counts, self.size)
+        args.rows_sum(c, "counts", cs, x)
+        me = self.rank
+        out = args.rows_out(c, x, out, cs[me], x.shape[1:], self._device,
+                            "(counts[rank], *x.shape[1:])")
+        b = variable.bounds(cs, _row(x))
+        args.block_at(c, x, out, b[me])
+        xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
+        fam = variable.FAMILIES[c]
+        if len(set(cs)) == 1 and name is None:
+            _, alg = self._pick("reduce_scatter", None, x.nbytes, x, out)
+            run_args = (xf, of, uf)
+        else:
+            chosen = name or self._vdefault(c, x.nbytes)
+            alg = lambda ep, *a: fam.run(chosen, ep, *a)  # noqa: E731
+            run_args = (xf, of, b, uf)
+
+        def body(ep):
+            alg(ep, *run_args)
+            self._avg(o, of)
+            return out
+        return self._run(c, body, async_op, (b[-1], x.dtype, o, None, name),
+                         self._on_device(x), is_inexact(x.dtype), counts=cs)
+
+    # -- prefix reductions (collectives/prefix.py) -----------------------------
+    def scan(self, x, out=None, op="sum", *, algorithm: str | None = None,
+             async_op: bool = False):
+        """On rank r, the elementwise reduction of the ``x`` of ranks 0 to r
+        (inclusive), in rank order."""
+        return self._prefix("scan", x, out, op, algorithm, async_op)
+
+    def exscan(self, x, out=None, op="sum", *, algorithm: str | None = None,
+               async_op: bool = False):
+        """On rank r, the elementwise reduction of the ``x`` of ranks 0 to
+        r - 1; on rank 0 the op's identity (``prefix.identity``: 0, 1, and
+        for max and min the dtype's lowest and highest value, -inf and inf
+        for floats)."""
+        return self._prefix("exscan", x, out, op, algorithm, async_op)
+
+    def _prefix(self, c: str, x, out, op, algorithm, async_op: bool):
+        self._open(c)
+        x, out = adopt(x), adopt(out)
+        name = self._vname(c, algorithm)
+        v.array(c, "x", x, device=self._device)
+        o = resolve(op, x.dtype)
+        if o is Op.AVG:
+            raise ValueError(f"{c}: op 'avg' has no prefix form; use 'sum' and divide rank "
+                             "r's result by r + 1")
+        out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
+        exclusive = c == "exscan"
+        of = out.reshape(-1)
+        # in place, an exclusive result overwrites x before it is sent on
+        xf = (x.reshape(-1).copy() if exclusive else of) if in_place else x.reshape(-1)
+        ident = prefix.identity(o.value, x.dtype) if exclusive else None
+        uf = REDUCERS[o]
+        if x.nbytes == 0:  # nothing moves; the ranks meet as for any empty call
+            bar, meet = FAMILIES["barrier"], self._choose.base("barrier", 0)
+            alg = lambda ep, *a: bar.run(meet, ep)  # noqa: E731
+        else:
+            chosen, fam = name or self._vdefault(c, x.nbytes), MORE[c]
+            alg = lambda ep, *a: fam.run(chosen, ep, *a)  # noqa: E731
+
+        def body(ep):
+            alg(ep, xf, of, uf, exclusive, ident)
+            return out
+        return self._run(c, body, async_op, (x.size, x.dtype, o, None, name),
+                         self._on_device(x), is_inexact(x.dtype))
+
+    # -- Python objects (collectives/objects.py: pickled; every call blocks) ----
+    def broadcast_object(self, obj=None, root: int = 0):
+        """Root's ``obj`` on every rank (root gets its own back)."""
+        return objects.broadcast(self, obj, root)
+
+    def all_gather_object(self, obj) -> list:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        return objects.all_gather(self, obj)
+
+    def gather_object(self, obj, root: int = 0) -> list | None:
+        """On root, every rank's ``obj`` in rank order; None elsewhere."""
+        return objects.gather(self, obj, root)
+
+    def scatter_object(self, objs=None, root: int = 0):
+        """Rank i gets root's ``objs[i]`` (a sequence of one object per rank,
+        read on root only)."""
+        return objects.scatter(self, objs, root)
+
+    def _vname(self, call: str, algorithm) -> str | None:
+        return v.algorithm(call, algorithm, self._tables[call], MORE[call])
+
+    def _begin(self, call: str, algorithm, x, out) -> tuple:
+        """A variable-count call's first checks: the algorithm's name, and
+        ``x`` (an array with rows) and ``out`` as arrays."""
+        self._open(call)
+        x, out = adopt(x), adopt(out)
+        name = self._vname(call, algorithm)
+        v.array(call, "x", x, device=self._device)
+        args.has_rows(call, "x", x)
+        return name, x, out
+
+    def _counts(self, call: str, counts, x) -> tuple[int, ...]:
+        """The ranks' counts: the caller's (checked against ``x``'s rows), or,
+        for None, agreed now by an all_gather of every rank's rows."""
+        if counts is None:
+            got = self.all_gather(np.array([x.shape[0]], np.int64))
+            return tuple(int(k) for k in got.reshape(-1))
+        cs = args.counts(call, "counts", counts, self.size)
+        args.own_count(call, "counts", cs, self.rank, x)
+        return cs
+
+    def _vdefault(self, call: str, nbytes: int) -> str:
+        """The table's algorithm for a variable-count call of unequal counts
+        (``nbytes``: the whole concatenation's, the same on every rank)."""
+        return selection.row(call, nbytes, self._choose.where).algorithm
+
+    def _variable(self, call: str, name, cs, a, twin_out, twin_args: tuple, vargs: tuple,
+                  result, async_op: bool, sig: tuple, equal: bool | None = None):
+        """Queue variable-count call ``call``: where every count is equal and
+        no algorithm is named, its fixed-count twin (with that call's choice,
+        adaptation included) on ``twin_args``; else algorithm ``name`` (the
+        table's where None) on ``vargs``.  ``a``: the array whose size and
+        kind the twin's choice takes, ``twin_out`` its result."""
+        if equal is None:
+            equal = len(set(cs)) == 1
+        if equal and name is None:
+            _, alg = self._pick(variable.TWIN[call], None, a.nbytes, a, twin_out)
+            run_args = twin_args
+        else:
+            chosen = name or self._vdefault(call, sig[0] * sig[1].itemsize)
+            fam = variable.FAMILIES[call]
+            alg = lambda ep, *args: fam.run(chosen, ep, *args)  # noqa: E731
+            run_args = vargs
+        return self._move(call, alg, run_args, result, async_op, sig, a, cs)
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False):
         """Return once every rank has entered the barrier."""
@@ -510,6 +789,8 @@ class Communicator(HostsInfo):
         runtime.untrack(self)
         try:
             self._exec.stop()
+            if self._broken is None:
+                self._t.left_over()
         finally:
             self._t.close()
             try:
@@ -522,6 +803,17 @@ class Communicator(HostsInfo):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# the calls in which a rank's part may be only to send (a root, a leaf, the
+# first of a chain): their sends complete once received (Endpoint.sync_sends),
+# so that such a rank learns of a peer that disagrees on the root, dtype or op
+_SYNC = frozenset(("broadcast", "scatter", "gather", "reduce", "gather_v", "scatter_v",
+                   "scan", "exscan"))
+
+def _row(x) -> int:
+    """Elements per row of ``x`` (along its first axis)."""
+    return int(np.prod(x.shape[1:], dtype=np.int64))
 
 
 def _lost(e: BaseException) -> list[int]:

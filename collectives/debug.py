@@ -16,7 +16,8 @@ import numpy as np
 
 from transports.errors import CollectiveError
 
-from .families import CALLS, FAMILIES
+from .callkey import CALLS
+from .families import FAMILIES, MORE
 from . import dtypes
 from .ops import Op
 
@@ -46,7 +47,8 @@ def signature(call: str, seq: int, count: int, dtype, op, root, algorithm: str |
 
 
 def _names(call: str) -> list[str]:
-    return FAMILIES[call].names()
+    f = FAMILIES.get(call) or MORE.get(call)
+    return f.names() if f is not None else []
 
 
 def describe(sig) -> str:

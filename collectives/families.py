@@ -9,7 +9,7 @@ transport.
 from __future__ import annotations
 
 from . import (all_gather, all_reduce, all_to_all, barrier, broadcast, gather, hierarchical,
-               reduce, reduce_scatter)
+               prefix, reduce, reduce_scatter, variable)
 from .algorithm import Algorithm, Family
 
 
@@ -31,10 +31,15 @@ FAMILIES: dict[str, Family] = {f.call: f for f in (
 
 CALLS: tuple[str, ...] = tuple(FAMILIES)
 
+# the calls whose default is the table's alone (no tuning, no adaptation):
+# the variable-count ones (collectives/variable.py; at equal counts they run
+# their fixed-count twin, whose choice adapts) and the prefix reductions
+MORE: dict[str, Family] = {**variable.FAMILIES, **prefix.FAMILIES}
+
 
 def offered(caps, hosts=None) -> dict[str, dict[str, Algorithm]]:
     """Each call's algorithms that a communicator whose transport declares
     ``caps`` (transports.base.Capabilities) offers, by name in table order
-    (``hosts``: the "hier" transport's layout)."""
+    (``hosts``: the "hier" transport's layout); ``MORE``'s after the others."""
     return {call: {a.name: a for a in f.algorithms if a.offered(caps, hosts)}
-            for call, f in FAMILIES.items()}
+            for call, f in (*FAMILIES.items(), *MORE.items())}

@@ -17,6 +17,7 @@ from transports.base import broken_error
 from transports.errors import CollectiveError
 
 from . import validate as v
+from .arrays import adopt
 from .work import Work, not_complete
 
 
@@ -39,12 +40,14 @@ class PointToPoint:
             raise
 
     def send(self, call: str, x: np.ndarray, dst, tag) -> "P2PWork":
+        x = adopt(x)
         v.array(call, "x", x, device=self._device)
         dst = v.peer(call, "dst", dst, self._size, self._rank)
         tag = v.tag(call, tag)
         return P2PWork(self, self.guard(call, lambda: self._ep.isend(x, dst, tag)), None, call)
 
     def recv(self, call: str, out: np.ndarray, src, tag) -> "P2PWork":
+        out = adopt(out)
         v.array(call, "out", out, writable=True, device=self._device)
         src = v.peer(call, "src", src, self._size, self._rank)
         tag = v.tag(call, tag)

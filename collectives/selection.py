@@ -182,6 +182,49 @@ TABLE: dict[str, tuple[Row, ...]] = {
 }
 
 
+# the calls whose default is this table's alone (families.MORE): the
+# variable-count calls where their counts differ (equal counts run the
+# fixed-count twin and its choice), nbytes the whole concatenation's, the same
+# on every rank (all_to_all_v's ranks know no common size: one row); and the
+# prefix reductions
+MORE: dict[str, tuple[Row, ...]] = {
+    "all_gather_v": (
+        Row("one_copy", "from 1 MiB: every block read once where it lies", one_copy=True,
+            min_bytes=1 * MiB),
+        Row("linear", "every block posted at once while latency-bound", max_bytes=64 * KiB),
+        Row("ring", "one block a step to the right, no contention"),
+    ),
+    "gather_v": (
+        Row("one_copy", "from 1 MiB: each block written once into root's out",
+            one_copy=True, min_bytes=1 * MiB),
+        Row("linear", "each block moves once"),
+    ),
+    "scatter_v": (
+        Row("one_copy", "from 1 MiB: each rank reads its block of root's x once",
+            one_copy=True, min_bytes=1 * MiB),
+        Row("linear", "each block moves once"),
+    ),
+    "all_to_all_v": (
+        Row("pairwise", "one peer a step, no contention; sizes differ between ranks, so "
+            "the choice cannot depend on them"),
+    ),
+    "reduce_scatter_v": (
+        Row("linear", "one round, blocks reduced in rank order (numpy's bits)",
+            ranks=(1, 8)),
+        Row("ring", "messages at many ranks: one block a step"),
+    ),
+    "scan": (
+        Row("linear", "up to 4 ranks: N - 1 steps, each a message of S, numpy's bits",
+            ranks=(1, 4)),
+        Row("recursive_doubling", "ceil(log2 N) rounds"),
+    ),
+    "exscan": (
+        Row("linear", "up to 4 ranks: N - 1 steps, each a message of S, numpy's bits",
+            ranks=(1, 4)),
+        Row("recursive_doubling", "ceil(log2 N) rounds"),
+    ),
+}
+
 # -- choices inside an algorithm or a path ----------------------------------
 # the Communicator's fast path for a blocking all_reduce on shared memory
 # (collectives/small.py): at most one exchange buffer (at least 4096 bytes,
@@ -221,7 +264,7 @@ RANK_ORDER: dict[str, tuple[str, ...]] = {
 
 def row(call: str, nbytes: int, w: Where) -> Row:
     """The first row of ``call``'s table that matches."""
-    for r in TABLE[call]:
+    for r in TABLE[call] if call in TABLE else MORE[call]:
         if r.matches(nbytes, w):
             return r
     raise LookupError(f"no row of the selection table for {call} at {nbytes} B on {w}")

@@ -36,7 +36,8 @@ def array(call: str, name: str, a, *, writable: bool = False, device: int | None
 def _device_array(call: str, name: str, a, device: int | None):
     kinds = "numpy.ndarray" if device is None else "numpy.ndarray or cupy.ndarray"
     if not is_device(a):
-        raise TypeError(f"{call}: {name} must be a {kinds}, got {type(a).__name__}")
+        raise TypeError(f"{call}: {name} must be a {kinds} (or an object with __dlpack__, "
+                        f"__array_interface__ or the buffer protocol), got {type(a).__name__}")
     if device is None:
         raise TypeError(f"{call}: {name} is a cupy.ndarray, but this communicator's transport "
                         "moves host memory only; use cc.init(transport='cuda') (or 'auto' "

@@ -51,13 +51,27 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def mismatched(peer: int, seq: int, theirs: int | None, rank: int, mine: int) -> CollectiveError:
-    """Rank ``peer``'s collective #seq moves ``theirs`` bytes (None: a number
-    that differs, known only by its hash) where this rank's moves ``mine``."""
-    moves = "a different number of bytes" if theirs is None else f"{theirs} bytes"
-    return CollectiveError(f"mismatched collectives: rank {peer}'s call #{seq} moves {moves} "
-                           f"where rank {rank}'s moves {mine} (shapes, dtypes or counts "
-                           "differ between ranks)", ranks=[peer])
+# How two call keys read in words: ``(theirs, mine, modulus, rank) -> text``
+# or None (rank: this rank's, which holds ``mine``), where theirs is known only modulo ``modulus`` (not 0: MPI's tags
+# carry a residue).  Set by the layer that makes the keys (collectives'
+# callkey.py, which folds the dtype, op, root and counts into them); a key
+# it did not make (a plain byte count) reads as bytes.
+key_words = None
+
+
+def mismatched(peer: int, seq: int, theirs: int | None, rank: int, mine: int,
+               modulus: int = 0) -> CollectiveError:
+    """Rank ``peer``'s collective #seq has call key ``theirs`` where this
+    rank's has ``mine`` (``modulus``: theirs is a residue modulo it; None:
+    unknown): by default the bytes the calls move."""
+    said = key_words(theirs, mine, modulus, rank) if key_words is not None and theirs is not None \
+        else None
+    if said is None:
+        moves = "a different number of bytes" if theirs is None or modulus else f"{theirs} bytes"
+        said = (f"moves {moves} where rank {rank}'s moves {mine} (shapes, dtypes or counts "
+                "differ between ranks)")
+    return CollectiveError(f"mismatched collectives: rank {peer}'s call #{seq} {said}",
+                           ranks=[peer])
 
 
 def peer_notice(peer: int, text: str) -> CollectiveError:

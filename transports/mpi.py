@@ -70,6 +70,23 @@ def mpi_reason(e: Exception) -> str:
     return f"{kind}: {cause}" if cause and cause != kind else kind
 
 
+# a message of a call at most this many calls before the current one, still
+# unreceived, is a stray: collectives receive all their messages in the call
+STRAY_CALLS = 1 << 14
+
+
+def stray(peer: int, call: int) -> CollectiveError:
+    """The error for rank ``peer``'s message of collective ``call``, an
+    earlier one, that this rank's call never received: the calls differed
+    (a root, say, so that the peer sent where this rank did not receive).
+    ``seq``: the call it concerns, whose ranks its notice must reach."""
+    e = CollectiveError(f"mismatched collectives: rank {peer}'s call #{call} sent this rank a "
+                        f"message that its own call #{call} did not take (the calls differ "
+                        "between ranks: their root, dtype, op, counts or size)", ranks=[peer])
+    e.seq = call
+    return e
+
+
 def _drain(comm, patience: float = 0.2) -> None:
     """Receive and drop what is pending on ``comm`` before it is freed: MPICH
     reuses a freed communicator's context, and a message left over (by a
@@ -118,6 +135,22 @@ class MpiTransport(Transport):
     def notify(self, seq: int, text: str, skip=()) -> None:
         self.notices.send(seq, text, skip)
 
+    def heard(self, seq: int) -> None:
+        self.notices.check(seq)
+
+    def left_over(self) -> None:
+        """Before a close after calls that all returned: tell the peers of
+        any message a call of theirs left unreceived here (``strays``), so
+        that a peer that waits on it (a synchronous send) raises."""
+        if self.coll.modulus and self.coll.comm != MPI.COMM_NULL:
+            for call, words in self.coll.strays():
+                self.notices.send(call, f"rank {self.rank} detected an error in collective "
+                                        f"#{call}: {words}")
+
+    def set_arrived(self, seq: int, call_bytes: int = 0) -> None:
+        if not seq & 63:  # a rank that never waits still takes its peers' arrivals
+            self.notices.drain()
+
     def near(self, ranks: list[int]) -> bool:
         """Whether one of ``ranks`` is on this host and alive."""
         here = [r for r in ranks if not self.remote[r]]
@@ -150,6 +183,11 @@ class Notices:
         self.comm = mpicomm.Dup()
         self.sent: list = []  # (request, buffer) of each notice, never waited for
         self.heard: dict[int, tuple[int, str]] = {}  # peer -> its first notice
+        # arrivals: a collective that waits without progress says once which
+        # call it is in and its call key (seq, key), on the next tag
+        self.arrival_tag = (self.tag + 1) % (tag_ub + 1)
+        self.arrived: dict[int, tuple[int, int]] = {}  # peer -> its latest arrival
+        self.announced = 0  # the last collective whose arrival this rank sent
 
     def send(self, seq: int, text: str, skip=()) -> None:
         buf = np.frombuffer(int(seq).to_bytes(8, "little", signed=True)
@@ -182,6 +220,40 @@ class Notices:
                 e = peer_notice(p, text)
                 e.renumbered = self.whole
                 raise e
+
+    def arrive(self, seq: int, key: int) -> None:
+        """Tell every peer, once per collective, that this rank waits in
+        collective ``seq`` with call key ``key``: a peer that waits in the
+        same call with another key (the ranks disagree on a root, say, and
+        each waits for the other) then raises ``mismatched`` instead of
+        timing out.  Sent only by a wait without progress (off the fast path)."""
+        if self.announced == seq:
+            return
+        self.announced = seq
+        buf = np.array([seq, key], np.int64)
+        with self.t.lock:
+            for p in range(self.t.size):
+                if p != self.t.rank:
+                    self.sent.append((self.comm.Isend([buf, MPI.BYTE], p, self.arrival_tag),
+                                      buf))
+        self._reap()
+
+    def drain(self) -> None:
+        """Receive the arrivals that have come (each a peer's latest)."""
+        st, buf = MPI.Status(), np.empty(2, np.int64)
+        with self.t.lock:
+            while self.comm.Iprobe(MPI.ANY_SOURCE, self.arrival_tag, st):
+                src = st.Get_source()
+                if st.Get_count(MPI.BYTE) != 16:
+                    raise CollectiveError(f"corrupt arrival from rank {src}", ranks=[src])
+                self.comm.Recv([buf, MPI.BYTE], src, self.arrival_tag)
+                self.arrived[src] = (int(buf[0]), int(buf[1]))
+
+    def _reap(self) -> None:
+        """Drop the sends that have completed (arrivals are sent often)."""
+        if len(self.sent) > 64:
+            with self.t.lock:
+                self.sent = [(r, b) for r, b in self.sent if not r.Test()]
 
     def free(self) -> None:
         self.comm = _free(self.comm, self.t.lock)
@@ -292,7 +364,9 @@ class MpiEndpoint(Endpoint):
         return r
 
     def isend(self, buf, peer, tag=None) -> Request:
-        return self._post(self.comm.Isend, buf, peer, tag, True)
+        # synchronous (completes once matched) where the call asks for it
+        return self._post(self.comm.Issend if self.sync_sends else self.comm.Isend, buf, peer,
+                          tag, True)
 
     def irecv(self, out, peer, tag=None) -> Request:
         return self._post(self.comm.Irecv, out, peer, tag, False)
@@ -367,10 +441,19 @@ class MpiEndpoint(Endpoint):
 
     def _watch(self) -> None:
         """A collective's look at its peers: their notices, then their
-        messages of this call with another call size."""
-        self.t.notices.check(self.tag)
-        if self.modulus and self.call_bytes != UNCHECKED:
+        messages and arrivals (``Notices.arrive``) of this call with another
+        call key; and this rank's arrival, once."""
+        notices = self.t.notices
+        notices.check(self.tag)
+        if self.call_bytes == UNCHECKED:
+            return
+        if self.modulus:
             self._probe()
+        notices.arrive(self.tag, self.call_bytes)
+        notices.drain()
+        for p, (seq, key) in notices.arrived.items():
+            if seq == self.tag and key != self.call_bytes and key != UNCHECKED:
+                raise mismatched(p, self.tag, key, self.rank, self.call_bytes)
 
     def _probe(self) -> None:
         """Raise ``mismatched`` for a peer whose first pending message belongs
@@ -385,4 +468,31 @@ class MpiEndpoint(Endpoint):
                 found = self.comm.Iprobe(p, MPI.ANY_TAG, st)
             tag = st.Get_tag()
             if found and tag & SEQ_MASK == seq and tag >> SEQ_BITS != mine:
-                raise mismatched(p, self.tag, None, self.rank, self.call_bytes)
+                raise mismatched(p, self.tag, tag >> SEQ_BITS, self.rank, self.call_bytes,
+                                 self.modulus)
+            back = (seq - tag) & SEQ_MASK
+            if found and 0 < back < STRAY_CALLS:
+                raise stray(p, self.tag - back)
+
+    def strays(self) -> list[tuple[int, str]]:
+        """(call, words) for each peer's first message left unreceived here
+        once this rank's calls are done (``close``): a call of that peer that
+        differed from this rank's (``stray``; ``mismatched`` for the last)."""
+        found, st, seq = [], MPI.Status(), self.tag & SEQ_MASK
+        for p in range(self.size):
+            if p == self.rank:
+                continue
+            with self.t.lock:
+                if not self.comm.Iprobe(p, MPI.ANY_TAG, st):
+                    continue
+            tag = st.Get_tag()
+            back = (seq - tag) & SEQ_MASK
+            if back == 0 and self.call_bytes != UNCHECKED:
+                e = mismatched(p, self.tag, tag >> SEQ_BITS, self.rank, self.call_bytes,
+                               self.modulus)
+            elif back < STRAY_CALLS:
+                e = stray(p, self.tag - back)
+            else:
+                continue
+            found.append((self.tag - back, e.detail))
+        return found

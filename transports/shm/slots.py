@@ -78,6 +78,7 @@ class ShmEndpoint(Endpoint):
         self.sendq = {p: collections.deque() for p in self.out_ch}
         self.unacked = {p: collections.deque() for p in self.out_ch}  # rendezvous sends
         self.rts_sent = dict.fromkeys(self.out_ch, 0)
+        self.untaken = {p: collections.deque() for p in self.out_ch}  # synchronous sends
         self.scratch = np.empty(SCRATCH_BYTES, np.uint8)
         self.posted = {p: collections.deque() for p in self.in_ch}
         self.unexpected = {p: collections.deque() for p in self.in_ch}
@@ -196,6 +197,9 @@ class ShmEndpoint(Endpoint):
                 if s.rndv:  # done once the receiver has read it: see _acked
                     self.rts_sent[peer] = s.target = (self.rts_sent[peer] + 1) & MASK
                     self.unacked[peer].append(s)
+                elif s.sync:  # done once the receiver has taken its slots: _taken
+                    s.target = head
+                    self.untaken[peer].append(s)
                 else:
                     s.finished = True
                     self.sent_bytes += s.data.nbytes
@@ -203,12 +207,19 @@ class ShmEndpoint(Endpoint):
             self.seg.ring(peer)
         return moved
 
+    def _taken(self, peer: int) -> bool:
+        """Complete the synchronous sends whose slots the receiver has taken."""
+        return self._complete(self.untaken[peer], self.seg.u32[self.out_ch[peer].tail])
+
     def _acked(self, peer: int) -> bool:
         """Complete the rendezvous sends that the receiver has finished reading."""
-        q = self.unacked[peer]
-        acked = self.seg.u32[self.out_ch[peer].acked]
+        return self._complete(self.unacked[peer], self.seg.u32[self.out_ch[peer].acked])
+
+    def _complete(self, q, count: int) -> bool:
+        """Complete the sends of ``q`` whose ``target`` the receiver's
+        ``count`` (a slot tail, or acknowledgements) has reached."""
         moved = False
-        while q and ((acked - q[0].target) & MASK) < (1 << 31):
+        while q and ((count - q[0].target) & MASK) < (1 << 31):
             s = q.popleft()
             s.finished = True
             self.sent_bytes += s.data.nbytes
@@ -326,6 +337,8 @@ class ShmEndpoint(Endpoint):
                 moved |= self._push(p)
             if self.unacked[p]:
                 moved |= self._acked(p)
+            if self.untaken[p]:
+                moved |= self._taken(p)
         for p in self.in_ch:
             if self.posted[p] or not self.strict:
                 moved |= self._pull(p)

@@ -86,6 +86,9 @@ class ShmTransport(Transport):
     def notify(self, seq: int, text: str, skip=()) -> None:
         self.seg.notify(seq, text)  # a note in the segment: no message to anyone
 
+    def heard(self, seq: int) -> None:
+        self.seg.watch(seq)
+
     def watch(self, seq: int) -> None:
         """Raise what a peer's rank block says about collective ``seq``
         (``Segment.watch``); the coll endpoint's waits call it."""

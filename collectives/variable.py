@@ -1,0 +1,240 @@
+"""Variable-count collectives: each rank's block has its own length.
+
+``all_gather_v``, ``gather_v``, ``scatter_v``, ``all_to_all_v`` and
+``reduce_scatter_v`` (MPI's ``Allgatherv`` ... ``Reduce_scatter``).  Every
+rank knows every count before anything moves (the caller's, or agreed by
+the Communicator first), so that block ``i`` of a concatenation is
+``buf[b[i]:b[i+1]]`` with ``b`` the same bounds everywhere (``bounds``).
+Arrays are flat (1-D) views, in elements.
+
+Every message of these algorithms is sent, empty blocks included: a
+receiver compares each message's size and call key with its own
+(transports/base.py, ``call_bytes``), so a rank whose counts differ from
+its peers' is caught by the first message it exchanges with them, never
+waited for.
+
+Bytes on the wire per rank, with S_i rank i's block, T = sum of S_i
+(docs/algorithms.md, "Variable counts"):
+
+  all_gather_v    ring, linear, one_copy: T - S_rank received, S_rank sent
+                  to each peer ((N-1) S_rank)
+  gather_v        linear, one_copy: root receives T - S_root, rank i sends S_i
+  scatter_v       linear, one_copy: root sends T - S_root, rank i receives S_i
+  all_to_all_v    pairwise, linear: every block for another rank sent once
+  reduce_scatter_v  ring: the blocks not its own that each step passes,
+                  (N-1) blocks of the ring; linear: rank r sends every block
+                  but its own to its owner and receives N-1 copies of block r,
+                  reduced in rank order (numpy's bits)
+
+A call whose counts are all equal runs its fixed-count twin (all_gather,
+gather, ...; the Communicator does), with that call's choice of algorithm.
+"""
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import Sequence
+
+import numpy as np
+
+from transports import Endpoint
+
+from . import ring as _ring
+from . import streaming
+from .algorithm import Algorithm, Family
+from .arrays import address, empty
+from .ops import in_rank_order
+
+
+def bounds(counts: Sequence[int], row: int) -> list[int]:
+    """Element offsets of the blocks of ``counts`` rows of ``row`` elements:
+    block i is ``[b[i], b[i+1])``."""
+    return [0, *accumulate(c * row for c in counts)]
+
+
+def _own(x, out, b, r: int, copy=np.copyto) -> None:
+    """This rank's block of ``out`` from ``x`` (in place, it is there)."""
+    mine = out[b[r]:b[r + 1]]
+    if mine.size and address(mine) != address(x):
+        copy(mine, x)
+
+
+# -- all_gather_v: (ep, x, out, b) -------------------------------------------
+def all_gather_v_ring(ep: Endpoint, x, out, b) -> None:
+    """Ring: N-1 steps, each passing one block to the right."""
+    _own(x, out, b, ep.rank)
+    _ring.all_gather(ep, out, b)
+
+
+def all_gather_v_linear(ep: Endpoint, x, out, b) -> None:
+    """Every block posted to every peer at once: one round."""
+    n, r = ep.size, ep.rank
+    reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in range(n) if p != r]
+    reqs += [ep.isend(x, p) for p in range(n) if p != r]
+    _own(x, out, b, r)
+    ep.waitall(reqs)
+
+
+def all_gather_v_one_copy(ep: Endpoint, x, out, b) -> None:
+    """Every rank reads every peer's ``x`` where it lies into its block of
+    ``out`` (one copy per byte), then copies its own."""
+    n, r = ep.size, ep.rank
+    rem = ep.expose(x)
+    copy = streaming.copier(out, n)
+    for i in range(1, n):
+        p = (r + i) % n
+        if b[p + 1] > b[p]:
+            rem.read(p, 0, out[b[p]:b[p + 1]], copy)
+    _own(x, out, b, r, copy)
+    rem.finish(sent=(n - 1) * x.nbytes)
+
+
+def all_gather_v_alone(x, out, b) -> None:
+    _own(x, out, b, 0)
+
+
+# -- gather_v: (ep, x, out, b, root), out None off root -----------------------
+def gather_v_linear(ep: Endpoint, x, out, b, root: int) -> None:
+    """Root receives each block straight into its place."""
+    n, r = ep.size, ep.rank
+    if r != root:
+        ep.send(x, root)
+        return
+    reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in range(n) if p != root]
+    _own(x, out, b, root)
+    ep.waitall(reqs)
+
+
+def gather_v_one_copy(ep: Endpoint, x, out, b, root: int) -> None:
+    """Every other rank writes its ``x`` into its place in root's ``out``
+    while root copies its own."""
+    n, r = ep.size, ep.rank
+    rem = ep.expose(out if r == root else None)
+    if r == root:
+        _own(x, out, b, root)
+    elif x.size:
+        rem.write(root, b[r] * x.itemsize, x, streaming.copier(x, n))
+    rem.finish(received=(b[n] - (b[r + 1] - b[r])) * x.itemsize if r == root else 0)
+
+
+def gather_v_alone(x, out, b, root: int) -> None:
+    _own(x, out, b, 0)
+
+
+# -- scatter_v: (ep, x, out, b, root), x None off root ------------------------
+def scatter_v_linear(ep: Endpoint, x, out, b, root: int) -> None:
+    """Root sends each block from its place."""
+    n, r = ep.size, ep.rank
+    if r != root:
+        ep.recv(out, root)
+        return
+    reqs = [ep.isend(x[b[p]:b[p + 1]], p) for p in range(n) if p != root]
+    _take(x, out, b, root)
+    ep.waitall(reqs)
+
+
+def _take(x, out, b, r: int) -> None:
+    """Root's own block of ``x`` into ``out`` (in place, it is there)."""
+    mine = x[b[r]:b[r + 1]]
+    if mine.size and address(mine) != address(out):
+        np.copyto(out, mine)
+
+
+def scatter_v_one_copy(ep: Endpoint, x, out, b, root: int) -> None:
+    """Every other rank reads its block of root's ``x`` where it lies."""
+    n, r = ep.size, ep.rank
+    rem = ep.expose(x if r == root else None)
+    if r == root:
+        _take(x, out, b, root)
+    elif out.size:
+        rem.read(root, b[r] * out.itemsize, out, streaming.copier(out, n))
+    rem.finish(sent=(b[n] - (b[r + 1] - b[r])) * out.itemsize if r == root else 0)
+
+
+def scatter_v_alone(x, out, b, root: int) -> None:
+    _take(x, out, b, 0)
+
+
+# -- all_to_all_v: (ep, x, out, sb, rb) ----------------------------------------
+def all_to_all_v_pairwise(ep: Endpoint, x, out, sb, rb) -> None:
+    """Step k sends to rank + k and receives from rank - k: one peer a step."""
+    n, r = ep.size, ep.rank
+    np.copyto(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+    for k in range(1, n):
+        d, s = (r + k) % n, (r - k) % n
+        ep.sendrecv(x[sb[d]:sb[d + 1]], d, out[rb[s]:rb[s + 1]], s)
+
+
+def all_to_all_v_linear(ep: Endpoint, x, out, sb, rb) -> None:
+    """Every block posted at once: one round."""
+    n, r = ep.size, ep.rank
+    reqs = [ep.irecv(out[rb[p]:rb[p + 1]], p) for p in range(n) if p != r]
+    reqs += [ep.isend(x[sb[p]:sb[p + 1]], p) for p in range(n) if p != r]
+    np.copyto(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+    ep.waitall(reqs)
+
+
+def all_to_all_v_alone(x, out, sb, rb) -> None:
+    np.copyto(out, x)
+
+
+# -- reduce_scatter_v: (ep, x, out, b, op) -------------------------------------
+def reduce_scatter_v_ring(ep: Endpoint, x, out, b, op) -> None:
+    """Ring on a copy of ``x``: step s passes the block just reduced to the
+    right; after N-1 steps block ``rank`` holds every rank's sum."""
+    r = ep.rank
+    buf = empty(x.size, x)
+    np.copyto(buf, x)
+    _ring.reduce_scatter(ep, buf, b, op, shift=-1)
+    np.copyto(out, buf[b[r]:b[r + 1]])
+
+
+def reduce_scatter_v_linear(ep: Endpoint, x, out, b, op) -> None:
+    """Every block to its owner at once; the owner reduces the N copies of
+    its block in rank order (numpy's bits)."""
+    n, r = ep.size, ep.rank
+    m = b[r + 1] - b[r]
+    got = empty((n - 1, m), x)
+    reqs = [ep.irecv(got[p if p < r else p - 1], p) for p in range(n) if p != r]
+    reqs += [ep.isend(x[b[p]:b[p + 1]], p) for p in range(n) if p != r]
+    ep.waitall(reqs)
+    own = x[b[r]:b[r + 1]]
+    if np.may_share_memory(own, out):
+        own = own.copy()
+    parts = [got[p if p < r else p - 1] for p in range(n) if p != r]
+    parts.insert(r, own)
+    if m:
+        in_rank_order(parts, op, out)
+
+
+def reduce_scatter_v_alone(x, out, b, op) -> None:
+    if address(out) != address(x):
+        np.copyto(out, x)
+
+
+ALL_GATHER_V = Family("all_gather_v", (
+    Algorithm("ring", all_gather_v_ring),
+    Algorithm("linear", all_gather_v_linear),
+    Algorithm("one_copy", all_gather_v_one_copy, needs_one_copy=True),
+), all_gather_v_alone)
+GATHER_V = Family("gather_v", (
+    Algorithm("linear", gather_v_linear),
+    Algorithm("one_copy", gather_v_one_copy, needs_one_copy=True),
+), gather_v_alone)
+SCATTER_V = Family("scatter_v", (
+    Algorithm("linear", scatter_v_linear),
+    Algorithm("one_copy", scatter_v_one_copy, needs_one_copy=True),
+), scatter_v_alone)
+ALL_TO_ALL_V = Family("all_to_all_v", (
+    Algorithm("pairwise", all_to_all_v_pairwise),
+    Algorithm("linear", all_to_all_v_linear),
+), all_to_all_v_alone)
+REDUCE_SCATTER_V = Family("reduce_scatter_v", (
+    Algorithm("ring", reduce_scatter_v_ring),
+    Algorithm("linear", reduce_scatter_v_linear),
+), reduce_scatter_v_alone)
+
+# each call with its fixed-count twin, which it runs where every count is equal
+FAMILIES: dict[str, Family] = {f.call: f for f in (
+    ALL_GATHER_V, GATHER_V, SCATTER_V, ALL_TO_ALL_V, REDUCE_SCATTER_V)}
+TWIN = {"all_gather_v": "all_gather", "gather_v": "gather", "scatter_v": "scatter",
+        "all_to_all_v": "all_to_all", "reduce_scatter_v": "reduce_scatter"}

@@ -1,0 +1,106 @@
+"""Ranks that disagree on a call's dtype, op or root, debug mode off:
+
+    mpiexec -n N python tests/disagree_check.py TRANSPORT OUT.json
+
+Each case (``cases``) is one call in which rank 1 (the last rank, for a
+root) passes something else than the others: a dtype of the same item
+size (float32 against int32), another op (max against sum), another root;
+at 8 B, 64 KiB and 1 MiB, with the default and with every algorithm
+offered.  Each case runs on a fresh sub-communicator of a world that no
+case touches; each rank records ``["returned"]`` or ``["raised", class,
+seconds, message]``, and rank 0 writes ``{case: [record per rank]}``.
+Run it with a short COLLECTIVES_TIMEOUT: a rank that would hang fails its
+case instead of the job.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import collectives as cc  # noqa: E402
+
+SIZES = (8, 64 << 10, 1 << 20)  # bytes
+WARM = 40  # agreeing calls of each case before the one that disagrees
+
+
+def _odd(comm) -> bool:
+    return comm.rank == 1
+
+
+def run(comm, kind: str, call: str, alg, nbytes: int, odd: bool | None = None):
+    """One call of a case, rank 1 the one that differs (``odd``: False, no
+    rank differs)."""
+    n = comm.size
+    odd = _odd(comm) if odd is None else odd
+    count = nbytes // 4
+    dt = np.int32 if kind == "dtype" and odd else np.float32
+    x = np.ones(count, dt)
+    op = "max" if kind == "op" and odd else "sum"
+    root = (n - 1 if odd else 0) if kind == "root" else 0
+    if call == "all_reduce":
+        return comm.all_reduce(x, op=op, algorithm=alg)
+    if call == "reduce_scatter":
+        return comm.reduce_scatter(np.ones((n, max(1, count // n)), dt), op=op, algorithm=alg)
+    if call == "reduce":
+        return comm.reduce(x, op=op, root=root, algorithm=alg)
+    if call == "broadcast":
+        return comm.broadcast(x, root=root, algorithm=alg)
+    if call == "gather":
+        return comm.gather(x, root=root, algorithm=alg)
+    if call == "scatter":
+        return comm.scatter(np.ones((n, count), dt), x, root=root, algorithm=alg)
+    if call == "scan":
+        return comm.scan(x, op=op, algorithm=alg)
+    if call == "gather_v":
+        return comm.gather_v(x, [count] * n, root=root, algorithm=alg)
+    raise ValueError(call)
+
+
+CALLS = {"dtype": ("all_reduce", "reduce_scatter", "broadcast", "gather"),
+         "op": ("all_reduce", "reduce_scatter", "reduce", "scan"),
+         "root": ("reduce", "broadcast", "gather", "scatter", "gather_v")}
+
+
+def cases(comm) -> list[tuple[str, str, object, int]]:
+    out = []
+    for kind, calls in CALLS.items():
+        for call in calls:
+            for alg in [None] + comm.algorithms(call):
+                for nb in SIZES if alg is None else SIZES[:1] + SIZES[-1:]:
+                    out.append((kind, call, alg, nb))
+    return out
+
+
+def main(transport: str, out_path: str) -> int:
+    from mpi4py import MPI
+    world = cc.init(transport=transport)
+    mine = {}
+    for kind, call, alg, nb in cases(world):
+        comm = world.split(0, world.rank)
+        for _ in range(WARM):  # past the default's first calls, which agree on the form
+            run(comm, kind, call, alg, nb, odd=False)
+        t0 = time.monotonic()
+        try:
+            run(comm, kind, call, alg, nb)
+            rec = ["returned"]
+        except Exception as e:  # noqa: BLE001 (recorded; the test judges)
+            rec = ["raised", type(e).__name__, round(time.monotonic() - t0, 3), str(e)]
+        comm.close()
+        mine[f"{kind} {call} {alg or 'default'} {nb}"] = rec
+        MPI.COMM_WORLD.Barrier()
+    everyone = MPI.COMM_WORLD.gather(mine, root=0)
+    if world.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({c: [recs[c] for recs in everyone] for c in mine}, f)
+    world.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
