@@ -39,19 +39,26 @@ _FIELDS = (("dtype", 0, 4), ("op", 4, 3), ("root", 7, 11), ("call", 18, 5),
            ("counts", 23, 6))
 
 
-def low(call: str, dtype=None, op: Op | None = None, root: int | None = None,
-        counts: tuple | None = None) -> int:
-    """The key's fields but the bytes (what ``key`` adds them to)."""
+def low(call: str, dtype=None, op: Op | None = None, root: int | None = None) -> int:
+    """The key's fields but the bytes and counts (what ``key`` and
+    ``counted`` add)."""
     d = 0 if dtype is None else (dtypes.index(dtype) + 1)
     o = 0 if op is None else _OP[op]
     r = 0 if root is None else root % _ROOTS + 1
-    h = 0 if counts is None else hash(tuple(counts)) % 63 + 1
-    return FLAG | d | o << 4 | r << 7 | _CALL[call] << 18 | h << 23
+    return FLAG | d | o << 4 | r << 7 | _CALL[call] << 18
+
+
+def counted(low_bits: int, counts: tuple) -> int:
+    """``low_bits`` with a hash of a variable-count call's counts."""
+    return low_bits | (hash(tuple(counts)) % 63 + 1) << 23
+
+
+BYTES_AT = 29  # the bit where the bytes start (up to 2^33 - 1: key() wraps them)
 
 
 def key(nbytes: int, low_bits: int) -> int:
     """The call key of a call of ``nbytes`` bytes whose other fields are ``low_bits``."""
-    return low_bits | (nbytes & _BYTES) << 29
+    return low_bits | (nbytes & _BYTES) << BYTES_AT
 
 
 def fields(k: int) -> dict:

@@ -105,6 +105,7 @@ class Communicator(HostsInfo):
         # (op, dtype) -> (ufunc, avg, ieee, call key's fields) for the pairs
         # all_reduce has checked
         self._small_ok: dict = {}
+        self._lows: dict = {}  # (call, dtype, op, root) -> its call key's fields
         self._seq = 0
         self._where = (self.rank, self.size, self._device)  # what arguments.py checks against
         self._exec = Executor(f"{transport.name}-{self.rank}")
@@ -235,8 +236,14 @@ class Communicator(HostsInfo):
             mine = debug.signature(call, seq, *sig)
         count, dtype, op, root = sig[:4]
         # the call key: what every rank's call must agree on (callkey.py)
-        key = callkey.key(count * dtype.itemsize if dtype is not None else 0,
-                          callkey.low(call, dtype, op, root, counts))
+        low = self._lows.get((call, dtype, op, root))
+        if low is None:
+            if len(self._lows) > 4096:
+                self._lows.clear()
+            low = self._lows[call, dtype, op, root] = callkey.low(call, dtype, op, root)
+        if counts is not None:
+            low = callkey.counted(low, counts)
+        key = callkey.key(count * dtype.itemsize if dtype is not None else 0, low)
         return self._exec.submit(lambda: self._execute(call, seq, body, ieee, mine, key), call,
                                  bool(async_op))
 
@@ -264,15 +271,17 @@ class Communicator(HostsInfo):
         # debug mode compares sizes in its signatures first (UNCHECKED meanwhile)
         ep.tag, ep.call_bytes = seq, key if mine is None else UNCHECKED
         ep.what = call  # named in stall reports and timeout errors
-        ep.sync_sends = call in _SYNC  # a rank that only sends waits to be received
         self._t.set_arrived(seq, ep.call_bytes)
         try:
             if mine is not None:
                 debug.check(ep.exchange(mine))
             ep.call_bytes = key
+            if call not in _ROOTED:
+                return quietly(body, ep) if ieee else body(ep)
+            got = ep.recv_bytes
             result = quietly(body, ep) if ieee else body(ep)
-            if ep.sync_sends:  # a peer that refused this rank's data has said so by now
-                self._t.heard(seq)
+            if ep.recv_bytes == got:  # this rank only sent: did a peer refuse it?
+                self._t.unclaimed(seq)
             return result
         except CollectiveMismatch as e:
             # found on every rank before any payload moves: the ranks are
@@ -433,7 +442,7 @@ class Communicator(HostsInfo):
                 self._seq += 1
                 uf, avg, ieee, low = ok
                 return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee,
-                                     key=callkey.key(x.nbytes, low))
+                                     key=low | x.nbytes << callkey.BYTES_AT)
         self._open(c)
         x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
@@ -806,10 +815,11 @@ class Communicator(HostsInfo):
 
 
 # the calls in which a rank's part may be only to send (a root, a leaf, the
-# first of a chain): their sends complete once received (Endpoint.sync_sends),
-# so that such a rank learns of a peer that disagrees on the root, dtype or op
-_SYNC = frozenset(("broadcast", "scatter", "gather", "reduce", "gather_v", "scatter_v",
-                   "scan", "exscan"))
+# first of a chain): such a rank looks, once done, for what a peer that
+# disagrees with it on the call (its root, say) sent it (Transport.unclaimed)
+_ROOTED = frozenset(("broadcast", "scatter", "gather", "reduce", "gather_v", "scatter_v",
+                     "scan", "exscan"))
+
 
 def _row(x) -> int:
     """Elements per row of ``x`` (along its first axis)."""

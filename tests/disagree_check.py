@@ -7,8 +7,8 @@ root) passes something else than the others: a dtype of the same item
 size (float32 against int32), another op (max against sum), another root;
 at 8 B, 64 KiB and 1 MiB, with the default and with every algorithm
 offered.  Each case runs on a fresh sub-communicator of a world that no
-case touches; each rank records ``["returned"]`` or ``["raised", class,
-seconds, message]``, and rank 0 writes ``{case: [record per rank]}``.
+case touches; each rank records ``["raised", class, seconds, message]``,
+or ``["returned", what its next call (a barrier) did]``, and rank 0 writes ``{case: [record per rank]}``.
 Run it with a short COLLECTIVES_TIMEOUT: a rank that would hang fails its
 case instead of the job.
 """
@@ -77,6 +77,17 @@ def cases(comm) -> list[tuple[str, str, object, int]]:
     return out
 
 
+def _next(comm) -> list:
+    """What this rank's next call (a barrier) does after it returned from
+    the case: ["raised", class, seconds, message] or ["returned"]."""
+    t0 = time.monotonic()
+    try:
+        comm.barrier()
+        return ["returned"]
+    except Exception as e:  # noqa: BLE001
+        return ["raised", type(e).__name__, round(time.monotonic() - t0, 3), str(e)]
+
+
 def main(transport: str, out_path: str) -> int:
     from mpi4py import MPI
     world = cc.init(transport=transport)
@@ -88,7 +99,7 @@ def main(transport: str, out_path: str) -> int:
         t0 = time.monotonic()
         try:
             run(comm, kind, call, alg, nb)
-            rec = ["returned"]
+            rec = ["returned", _next(comm)]
         except Exception as e:  # noqa: BLE001 (recorded; the test judges)
             rec = ["raised", type(e).__name__, round(time.monotonic() - t0, 3), str(e)]
         comm.close()

@@ -100,7 +100,7 @@ def main() -> int:
                             "rel_diff": float(np.linalg.norm(g - f) / np.linalg.norm(f - i)),
                             "losses": [s["loss"] for s in rep["steps"]],
                             "ref_losses": [s["loss"] for s in ref_rep["steps"]],
-                            "report": {k: rep[k] for k in ("traffic", "memory", "padding_elements",
+                            "report": {k: rep[k] for k in ("traffic", "memory", "padding_elements", "groups",
                                                            "params", "accum", "staleness")}})
     # the asynchronous server: staleness 2, more steps; the loss must still fall
     cfg = config("ps", staleness=2, steps=60)
@@ -108,7 +108,7 @@ def main() -> int:
     if r == 0:
         results.append({"strategy": "ps", "options": {"staleness": 2}, "n": n,
                         "losses": [s["loss"] for s in rep["steps"]],
-                        "report": {k: rep[k] for k in ("traffic", "memory", "padding_elements",
+                        "report": {k: rep[k] for k in ("traffic", "memory", "padding_elements", "groups",
                                                        "params", "accum", "staleness")}})
     return finish(out_path, results, r, solo, comm)
 

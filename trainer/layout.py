@@ -1,11 +1,15 @@
 """Flat parameter buffers cut into groups, and each group into N pieces.
 
 Every strategy keeps its half-precision parameters and gradients in one flat buffer so
-that a bucket (or a layer) is one contiguous array for a collective.  Groups
-are padded to a multiple of N with zeros and split into N equal pieces; rank
-r owns piece r of every group.  Bucket-wise reduce-scatter therefore leaves
-each rank exactly its own pieces, and the rank's shard (optimizer states,
-ZeRO gradients and parameters) is the concatenation of its pieces.
+that a bucket (or a layer) is one contiguous array for a collective.  Each
+group is split into N pieces, rank r owning piece r of every group: with
+``pad``, groups are padded to a multiple of N with zeros and the pieces are
+equal (DDP's buckets: the ring's blocks); without (ZeRO), nothing is added
+and the pieces differ by at most one element (``split_rows``), which the
+variable-count collectives move as they are.  Bucket-wise reduce-scatter
+therefore leaves each rank exactly its own pieces, and the rank's shard
+(optimizer states, ZeRO gradients and parameters) is the concatenation of
+its pieces.
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ def per_layer(n_layers: int) -> list[list[int]]:
 
 
 class Layout:
-    def __init__(self, sizes: list[int], groups: list[list[int]], n: int):
+    def __init__(self, sizes: list[int], groups: list[list[int]], n: int, pad: bool = True):
         self.sizes, self.groups, self.n = list(sizes), groups, n
         self.offset = [0] * len(sizes)      # of each parameter in the flat buffer
         self.group_of = [0] * len(sizes)
@@ -55,14 +59,21 @@ class Layout:
             for j in members:
                 self.offset[j], self.group_of[j] = off, g
                 off += sizes[j]
-            self.length.append(pad_to(off - self.start[g], n))
+            used = off - self.start[g]
+            self.length.append(pad_to(used, n) if pad else used)
             off = self.start[g] + self.length[g]
         self.total = off
-        self.piece = [length // n for length in self.length]
-        self.shard_start = np.cumsum([0] + self.piece).tolist()
-        self.shard_len = self.shard_start[-1]
+        # piece r of group g: elements bounds[g][r] .. bounds[g][r+1] of the group
+        self.bounds = [split_rows(length, n) for length in self.length]
+        self.counts = [[b[r + 1] - b[r] for r in range(n)] for b in self.bounds]
+        # each rank's shard: its pieces, group after group
+        self.shard_starts = [np.cumsum([0] + [c[r] for c in self.counts]).tolist()
+                             for r in range(n)]
         self.n_params = sum(sizes)
         self.padding = self.total - self.n_params
+
+    def shard_len(self, r: int) -> int:
+        return self.shard_starts[r][-1]
 
     def param(self, flat: np.ndarray, j: int, shape) -> np.ndarray:
         return flat[self.offset[j]:self.offset[j] + self.sizes[j]].reshape(shape)
@@ -75,15 +86,18 @@ class Layout:
     def group(self, flat: np.ndarray, g: int) -> np.ndarray:
         return flat[self.start[g]:self.start[g] + self.length[g]]
 
-    def blocks(self, buf: np.ndarray) -> np.ndarray:
-        """A group-sized buffer as (N, piece) for reduce-scatter/all-gather."""
-        return buf.reshape(self.n, -1)
+    def piece(self, buf: np.ndarray, g: int, r: int) -> np.ndarray:
+        """Rank r's piece of a buffer that holds group g."""
+        b = self.bounds[g]
+        return buf[b[r]:b[r + 1]]
 
-    def shard_piece(self, shard: np.ndarray, g: int) -> np.ndarray:
-        return shard[self.shard_start[g]:self.shard_start[g + 1]]
+    def shard_piece(self, shard: np.ndarray, g: int, r: int) -> np.ndarray:
+        """Group g's piece of rank r's shard."""
+        s = self.shard_starts[r]
+        return shard[s[g]:s[g + 1]]
 
     def owned(self, flat: np.ndarray, g: int, r: int) -> np.ndarray:
-        return self.blocks(self.group(flat, g))[r]
+        return self.piece(self.group(flat, g), g, r)
 
     def pad_slices(self, g: int) -> slice:
         """The padding at the end of group g, relative to the group's start."""
@@ -100,10 +114,13 @@ class Layout:
         return np.concatenate([self.owned(flat, g, r) for g in range(len(self.groups))])
 
     def unshard(self, shards: np.ndarray) -> np.ndarray:
-        """(N, shard_len) -> the flat buffer."""
+        """Every rank's shard, concatenated in rank order -> the flat buffer."""
         flat = np.empty(self.total, shards.dtype)
-        for g in range(len(self.groups)):
-            self.blocks(self.group(flat, g))[:] = shards[:, self.shard_start[g]:self.shard_start[g + 1]]
+        at = np.cumsum([0] + [self.shard_len(r) for r in range(self.n)]).tolist()
+        for r in range(self.n):
+            mine = shards[at[r]:at[r + 1]]
+            for g in range(len(self.groups)):
+                self.owned(flat, g, r)[:] = self.shard_piece(mine, g, r)
         return flat
 
     def params_of(self, flat: np.ndarray, shapes) -> list[np.ndarray]:

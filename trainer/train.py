@@ -93,7 +93,8 @@ def _report(cfg, strat, model, n, steps, wall, every) -> dict:
     return {
         "strategy": cfg.strategy, "ranks": n, "params": psi, "dtype": cfg.dtype,
         "bytes_per_element": b,
-        "padding_elements": lay.padding, "batch": cfg.batch, "accum": cfg.accum,
+        "padding_elements": lay.padding, "groups": len(lay.groups),
+        "batch": cfg.batch, "accum": cfg.accum,
         "staleness": cfg.staleness, "overlap": cfg.overlap, "bucket_mb": cfg.bucket_mb,
         "steps": steps,
         "samples_per_s": cfg.batch / float(np.median(times)),

@@ -94,11 +94,6 @@ class Endpoint:
     # and exchange so that a receiver tells a mismatched call from its own;
     # UNCHECKED while the ranks compare debug mode's signatures
     call_bytes: int = 0
-    # the collective's sends complete only once their receive has matched
-    # them (mpi: MPI_Issend), so that a rank whose part is only to send does
-    # not return while a peer that disagrees on the call (its root, say)
-    # leaves the message unreceived: it waits, and learns of it
-    sync_sends: bool = False
     # the largest contribution exchange() moves through shared memory in one
     # copy (0: exchange() is point-to-point messages)
     xchg_bytes: int = 0
@@ -276,12 +271,12 @@ class Transport:
         """Note that this rank entered collective ``seq`` of call size ``call_bytes``
         (for timeout reports, and for peers to compare sizes)."""
 
-    def heard(self, seq: int) -> None:
-        """Raise what a peer has said about collective ``seq`` (its notice, a
-        call key of its own) where it has come already: checked once a call
-        whose sends complete when received (``Endpoint.sync_sends``) is done,
-        since the receive that completed one may be a peer's cleanup after
-        it refused the data (mpi: the drain before MPI_Comm_free)."""
+    def unclaimed(self, seq: int) -> None:
+        """After collective ``seq``, in which this rank only sent: raise
+        ``mismatched`` for a peer whose message of this call with another
+        call key is waiting here (ranks that disagree on a root each send to
+        the other and receive nothing), and a peer's notice.  Each transport
+        looks where it is cheap to."""
 
     def left_over(self) -> None:
         """Before a close after calls that all returned: tell the peers of

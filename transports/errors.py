@@ -74,6 +74,23 @@ def mismatched(peer: int, seq: int, theirs: int | None, rank: int, mine: int,
                            ranks=[peer])
 
 
+# a message of a call at most this many calls before the current one, still
+# unreceived, is a stray: collectives receive all their messages in the call
+STRAY_CALLS = 1 << 14
+
+
+def stray(peer: int, call: int) -> CollectiveError:
+    """The error for rank ``peer``'s message of collective ``call``, an
+    earlier one, that this rank's call never received: the calls differed
+    (a root, say, so that the peer sent where this rank did not receive).
+    ``seq``: the call it concerns, whose ranks its notice must reach."""
+    e = CollectiveError(f"mismatched collectives: rank {peer}'s call #{call} sent this rank a "
+                        f"message that its own call #{call} did not take (the calls differ "
+                        "between ranks: their root, dtype, op, counts or size)", ranks=[peer])
+    e.seq = call
+    return e
+
+
 def peer_notice(peer: int, text: str) -> CollectiveError:
     """The error of a rank that rank ``peer`` told (``text``: its words, "rank p
     detected an error in <call> #k: ..."): a PeerFailure naming the dead

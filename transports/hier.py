@@ -89,8 +89,6 @@ class HierEndpoint(Endpoint):
     call_bytes = property(lambda self: self.flat.call_bytes,
                           lambda self, v: self._set("call_bytes", v))
     what = property(lambda self: self.flat.what, lambda self, v: self._set("what", v))
-    sync_sends = property(lambda self: self.flat.sync_sends,
-                          lambda self, v: self._set("sync_sends", v))
 
     def _sum(self, name: str) -> int:
         return sum(getattr(ep, name) for ep in self.parts)
@@ -173,12 +171,12 @@ class HierTransport(Transport):
         self.local.set_arrived(seq, call_bytes)
         self.flat.set_arrived(seq, call_bytes)
 
+    def unclaimed(self, seq: int) -> None:
+        self.local.unclaimed(seq)
+        self.flat.unclaimed(seq)
+
     def left_over(self) -> None:
         self.flat.left_over()
-
-    def heard(self, seq: int) -> None:
-        self.local.heard(seq)
-        self.flat.heard(seq)
 
     def name_hosts(self, e) -> None:
         # an error of a part is in the whole communicator's ranks already

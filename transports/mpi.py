@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 from .base import (TAG_UB, UNCHECKED, Capabilities, Deadline, Endpoint, Reducer, Request,
                    Transport, as_bytes)
-from .errors import CollectiveError, PeerFailure, mismatched, peer_notice
+from .errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, peer_notice, stray
 
 # a wait polls this many times, yielding the core, then naps between polls,
 # doubling from 20 us up to _NAP_MAX seconds
@@ -68,23 +68,6 @@ def mpi_reason(e: Exception) -> str:
     kind = lines[0].split(", error stack")[0].rstrip(":, ")
     cause = lines[-1].split(": ", 1)[-1].strip() if len(lines) > 1 else ""
     return f"{kind}: {cause}" if cause and cause != kind else kind
-
-
-# a message of a call at most this many calls before the current one, still
-# unreceived, is a stray: collectives receive all their messages in the call
-STRAY_CALLS = 1 << 14
-
-
-def stray(peer: int, call: int) -> CollectiveError:
-    """The error for rank ``peer``'s message of collective ``call``, an
-    earlier one, that this rank's call never received: the calls differed
-    (a root, say, so that the peer sent where this rank did not receive).
-    ``seq``: the call it concerns, whose ranks its notice must reach."""
-    e = CollectiveError(f"mismatched collectives: rank {peer}'s call #{call} sent this rank a "
-                        f"message that its own call #{call} did not take (the calls differ "
-                        "between ranks: their root, dtype, op, counts or size)", ranks=[peer])
-    e.seq = call
-    return e
 
 
 def _drain(comm, patience: float = 0.2) -> None:
@@ -135,8 +118,10 @@ class MpiTransport(Transport):
     def notify(self, seq: int, text: str, skip=()) -> None:
         self.notices.send(seq, text, skip)
 
-    def heard(self, seq: int) -> None:
+    def unclaimed(self, seq: int) -> None:
         self.notices.check(seq)
+        if self.coll.modulus and self.coll.call_bytes != UNCHECKED:
+            self.coll._probe()
 
     def left_over(self) -> None:
         """Before a close after calls that all returned: tell the peers of
@@ -364,9 +349,7 @@ class MpiEndpoint(Endpoint):
         return r
 
     def isend(self, buf, peer, tag=None) -> Request:
-        # synchronous (completes once matched) where the call asks for it
-        return self._post(self.comm.Issend if self.sync_sends else self.comm.Isend, buf, peer,
-                          tag, True)
+        return self._post(self.comm.Isend, buf, peer, tag, True)
 
     def irecv(self, out, peer, tag=None) -> Request:
         return self._post(self.comm.Irecv, out, peer, tag, False)

@@ -2,8 +2,12 @@
 Optimizations Toward Training Trillion Parameter Models").
 
 The flat buffer is cut into groups (buckets for stages 1-2, layers for stage
-3), each padded to a multiple of N; rank r owns piece r of every group, and
-its fp32 master weights and Adam moments cover only those pieces (KΨ/N).
+3), each split into N pieces that differ by at most one element, without
+padding; rank r owns piece r of every group, and its fp32 master weights
+and Adam moments cover only those pieces (KΨ/N).  The pieces move with the
+variable-count calls (``reduce_scatter_v``, ``all_gather_v``: the
+fixed-count ones where a group divides by N), so that the bytes on the wire
+are Ψ's and nothing more.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from .base import Strategy, grad_buckets
 class ZeroBase(Strategy):
     def __init__(self, comm, ctrl, model, cfg, groups):
         super().__init__(comm, ctrl, model, cfg)
-        self.lay = lay = Layout(model.sizes, groups, self.n)
+        self.lay = lay = Layout(model.sizes, groups, self.n, pad=False)
         full = lay.to_flat(model.init_params(), F32)
         self.adam = Adam(lay.shard_of(full, self.rank), cfg.lr, eps=cfg.adam_eps)
         self._full_init = full  # handed to the subclass, then dropped
@@ -33,19 +37,26 @@ class ZeroBase(Strategy):
         mine = [grad_piece(g) for g in groups]
         mean, overflow = self.agree(loss, not finite(mine))
         if not overflow:
-            self.adam.step([(self.lay.shard_start[g], mine[g], param_piece(g)) for g in groups],
-                           scale)
+            start = self.lay.shard_starts[self.rank]
+            self.adam.step([(start[g], mine[g], param_piece(g)) for g in groups], scale)
         self.scaler.update(overflow)
         return mean, overflow
 
-    def reduce_scatter(self, buf: np.ndarray):
-        """Start the reduce-scatter of a group-sized buffer into its own block."""
-        blocks = self.lay.blocks(buf)
-        return self.comm.reduce_scatter(blocks, out=blocks[self.rank],
-                                        algorithm=self.algorithm, async_op=True)
+    def reduce_scatter(self, buf: np.ndarray, g: int):
+        """Start the reduce-scatter of group g's buffer into this rank's piece
+        of it (in place)."""
+        return self.comm.reduce_scatter_v(buf, self.lay.counts[g],
+                                          out=self.lay.piece(buf, g, self.rank),
+                                          algorithm=self.algorithm, async_op=True)
+
+    def all_gather(self, buf: np.ndarray, g: int):
+        """Start the all-gather of every rank's piece of group g's buffer into
+        it (in place: this rank's piece is there)."""
+        return self.comm.all_gather_v(self.lay.piece(buf, g, self.rank), self.lay.counts[g],
+                                      out=buf, algorithm=self.algorithm, async_op=True)
 
     def master_params(self):
-        shards = self.comm.all_gather(self.adam.master)
+        shards = self.comm.all_gather_v(self.adam.master, None)
         return self.lay.params_of(self.lay.unshard(shards), self.model.shapes)
 
 
@@ -69,10 +80,7 @@ class ZeroFullParams(ZeroBase):
         mean, overflow = self.step_shard(scale, loss, grad_piece,
                                          lambda g: lay.owned(self.params16, g, r))
         if not overflow:
-            hs = [self.comm.all_gather(lay.owned(self.params16, g, r),
-                                       out=lay.blocks(lay.group(self.params16, g)),
-                                       algorithm=self.algorithm, async_op=True)
-                  for g in range(len(lay.groups))]
+            hs = [self.all_gather(lay.group(self.params16, g), g) for g in range(len(lay.groups))]
             for h in hs:
                 h.wait()
         return mean
@@ -88,7 +96,7 @@ class ShardedGrads:
 
     def __init__(self, z: ZeroBase):
         self.z = z
-        self.shard = np.zeros(z.lay.shard_len, z.half)
+        self.shard = np.zeros(z.lay.shard_len(z.rank), z.half)
         self.inflight: list = []
 
     def new_buffer(self, g: int) -> np.ndarray:
@@ -97,7 +105,7 @@ class ShardedGrads:
         return buf
 
     def launch(self, g: int, buf: np.ndarray, k: int) -> None:
-        self.inflight.append((g, buf, k, self.z.reduce_scatter(buf)))
+        self.inflight.append((g, buf, k, self.z.reduce_scatter(buf, g)))
         self.drain(block=False)
 
     def drain(self, block: bool) -> None:
@@ -105,7 +113,7 @@ class ShardedGrads:
         while self.inflight and (block or self.inflight[0][3].done()):
             g, buf, k, h = self.inflight.pop(0)
             h.wait()
-            piece, own = lay.shard_piece(self.shard, g), lay.blocks(buf)[r]
+            piece, own = lay.shard_piece(self.shard, g, r), lay.piece(buf, g, r)
             with np.errstate(over="ignore", invalid="ignore"):
                 if k == 0:
                     piece[:] = own
@@ -113,4 +121,4 @@ class ShardedGrads:
                     piece += own
 
     def piece(self, g: int) -> np.ndarray:
-        return self.z.lay.shard_piece(self.shard, g)
+        return self.z.lay.shard_piece(self.shard, g, self.z.rank)

@@ -21,7 +21,7 @@ class Zero1(ZeroFullParams):
         self.gviews = self.views(self.grads16, self.lay)
 
     def _reduce(self, g: int):
-        return self.reduce_scatter(self.lay.group(self.grads16, g))
+        return self.reduce_scatter(self.lay.group(self.grads16, g), g)
 
     def train_step(self, step):
         lay, r, scale = self.lay, self.rank, self.scaler.scale

@@ -45,7 +45,7 @@ class Zero3(ZeroBase):
             loss += self.model.forward_backward(x, y, Gathered(self), on_grad, scale, cfg.batch)
             G.drain(block=True)
         mean, _ = self.step_shard(scale, loss, G.piece,
-                                  lambda g: lay.shard_piece(self.param_shard, g))
+                                  lambda g: lay.shard_piece(self.param_shard, g, self.rank))
         return mean
 
     def state(self):
@@ -72,10 +72,8 @@ class Gathered:
         z, lay = self.z, self.z.lay
         g = lay.group_of[2 * key[1]]
         buf = z.pool[self.next % 2][:lay.length[g]]
-        blocks = lay.blocks(buf)
-        blocks[z.rank] = lay.shard_piece(z.param_shard, g)
-        h = z.comm.all_gather(blocks[z.rank], out=blocks, algorithm=z.algorithm,
-                              async_op=True)
+        lay.piece(buf, g, z.rank)[:] = lay.shard_piece(z.param_shard, g, z.rank)
+        h = z.all_gather(buf, g)
         self.inflight[key] = (buf, h)
 
     def get(self, i, phase):

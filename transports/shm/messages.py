@@ -18,7 +18,7 @@ class Send(Request):
     every slot of it carries."""
 
     __slots__ = ("ep", "peer", "data", "tag", "call_bytes", "off", "chunks", "finished", "rndv",
-                 "target", "sync")
+                 "target")
     external = False  # the bytes move outside the segment (EXTERNAL slots)
 
     def __init__(self, ep, peer, data, tag):
@@ -27,9 +27,7 @@ class Send(Request):
         self.off = 0
         self.rndv = 0 < ep.cma_bytes <= data.nbytes
         self.chunks = 1 if self.rndv else max(1, -(-data.nbytes // ep.slot_bytes))
-        self.target = 0  # the acked count that completes a rendezvous send (sync: the tail)
-        # complete once the receiver has taken every slot (Endpoint.sync_sends)
-        self.sync = ep.sync_sends
+        self.target = 0  # the acked count that completes a rendezvous send
         self.finished = False
 
     def wait(self) -> None:

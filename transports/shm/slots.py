@@ -26,8 +26,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..base import Deadline, Endpoint, Liveness, Reducer, Request, as_bytes
-from ..errors import CollectiveError, PeerFailure, mismatched
+from ..base import UNCHECKED, Deadline, Endpoint, Liveness, Reducer, Request, as_bytes
+from ..errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, stray
 from .exchange import Exchange
 from .messages import Recv, Send, Unexpected
 from .one_copy import OneCopy, Remote
@@ -78,7 +78,6 @@ class ShmEndpoint(Endpoint):
         self.sendq = {p: collections.deque() for p in self.out_ch}
         self.unacked = {p: collections.deque() for p in self.out_ch}  # rendezvous sends
         self.rts_sent = dict.fromkeys(self.out_ch, 0)
-        self.untaken = {p: collections.deque() for p in self.out_ch}  # synchronous sends
         self.scratch = np.empty(SCRATCH_BYTES, np.uint8)
         self.posted = {p: collections.deque() for p in self.in_ch}
         self.unexpected = {p: collections.deque() for p in self.in_ch}
@@ -197,9 +196,6 @@ class ShmEndpoint(Endpoint):
                 if s.rndv:  # done once the receiver has read it: see _acked
                     self.rts_sent[peer] = s.target = (self.rts_sent[peer] + 1) & MASK
                     self.unacked[peer].append(s)
-                elif s.sync:  # done once the receiver has taken its slots: _taken
-                    s.target = head
-                    self.untaken[peer].append(s)
                 else:
                     s.finished = True
                     self.sent_bytes += s.data.nbytes
@@ -207,24 +203,32 @@ class ShmEndpoint(Endpoint):
             self.seg.ring(peer)
         return moved
 
-    def _taken(self, peer: int) -> bool:
-        """Complete the synchronous sends whose slots the receiver has taken."""
-        return self._complete(self.untaken[peer], self.seg.u32[self.out_ch[peer].tail])
-
     def _acked(self, peer: int) -> bool:
         """Complete the rendezvous sends that the receiver has finished reading."""
-        return self._complete(self.unacked[peer], self.seg.u32[self.out_ch[peer].acked])
-
-    def _complete(self, q, count: int) -> bool:
-        """Complete the sends of ``q`` whose ``target`` the receiver's
-        ``count`` (a slot tail, or acknowledgements) has reached."""
+        q = self.unacked[peer]
+        acked = self.seg.u32[self.out_ch[peer].acked]
         moved = False
-        while q and ((count - q[0].target) & MASK) < (1 << 31):
+        while q and ((acked - q[0].target) & MASK) < (1 << 31):
             s = q.popleft()
             s.finished = True
             self.sent_bytes += s.data.nbytes
             moved = True
         return moved
+
+    def unclaimed(self, seq: int) -> None:
+        """Raise for the first waiting slot of a peer that belongs to
+        collective ``seq`` under another call key (``mismatched``), or to an
+        earlier collective (``stray``: every call takes all its messages):
+        nothing here will receive it.  A few words read per peer."""
+        u32 = self.seg.u32
+        for p, ch in self.in_ch.items():
+            tail = int(u32[ch.tail])
+            if int(u32[ch.head]) != tail and not self.posted[p] and self.incoming[p] is None:
+                tag, key = ch.hdr[tail & (ch.nslots - 1)][[0, 5]].tolist()
+                if tag == seq and key != self.call_bytes and self.call_bytes != UNCHECKED:
+                    raise mismatched(p, seq, key, self.rank, self.call_bytes)
+                if 0 < seq - tag < STRAY_CALLS:
+                    raise stray(p, tag)
 
     def _pull(self, peer: int) -> bool:
         ch = self.in_ch[peer]
@@ -337,8 +341,6 @@ class ShmEndpoint(Endpoint):
                 moved |= self._push(p)
             if self.unacked[p]:
                 moved |= self._acked(p)
-            if self.untaken[p]:
-                moved |= self._taken(p)
         for p in self.in_ch:
             if self.posted[p] or not self.strict:
                 moved |= self._pull(p)

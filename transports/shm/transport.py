@@ -86,13 +86,15 @@ class ShmTransport(Transport):
     def notify(self, seq: int, text: str, skip=()) -> None:
         self.seg.notify(seq, text)  # a note in the segment: no message to anyone
 
-    def heard(self, seq: int) -> None:
-        self.seg.watch(seq)
+    def unclaimed(self, seq: int) -> None:
+        self.coll.unclaimed(seq)
 
     def watch(self, seq: int) -> None:
         """Raise what a peer's rank block says about collective ``seq``
-        (``Segment.watch``); the coll endpoint's waits call it."""
+        (``Segment.watch``), and a peer's message here that no call will take
+        (``unclaimed``); the coll endpoint's waits call it."""
         self.seg.watch(seq)
+        self.coll.unclaimed(seq)
 
     def close(self) -> None:
         for ep in (self.coll, self.p2p):
