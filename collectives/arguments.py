@@ -81,6 +81,8 @@ def counts(c: str, name: str, cs, size: int) -> tuple[int, ...]:
                         f"{type(cs).__name__}")
     if len(cs) != size:
         raise ValueError(f"{c}: {name} has {len(cs)} entries, expected one per rank ({size})")
+    if all(type(k) is int and k >= 0 for k in cs):  # the common case, checked at once
+        return tuple(cs)
     out = tuple(v.integer(c, f"{name}[{i}]", k) for i, k in enumerate(cs))
     for i, k in enumerate(out):
         if k < 0:

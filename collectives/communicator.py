@@ -1,6 +1,7 @@
 """The Communicator: checks arguments, picks an algorithm, runs it in order."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -244,8 +245,9 @@ class Communicator(HostsInfo):
         if counts is not None:
             low = callkey.counted(low, counts)
         key = callkey.key(count * dtype.itemsize if dtype is not None else 0, low)
-        return self._exec.submit(lambda: self._execute(call, seq, body, ieee, mine, key), call,
-                                 bool(async_op))
+        rooted = call in _ROOTED
+        return self._exec.submit(lambda: self._execute(call, seq, body, ieee, mine, key, rooted),
+                                 call, bool(async_op))
 
     def _move(self, call: str, alg: Callable, args: tuple, result, async_op: bool,
               sig: tuple, like=None, counts: tuple | None = None):
@@ -259,12 +261,14 @@ class Communicator(HostsInfo):
                          counts=counts)
 
     def _execute(self, call: str, seq: int, body: Callable[[Any], Any], ieee: bool,
-                 mine=None, key: int = 0):
+                 mine=None, key: int = 0, rooted: bool = False):
         """Run collective ``seq``'s ``body(endpoint)`` now (in order: the caller
-        is the executor, or nothing is queued).  ``key``: its call size, the
-        bytes that every rank's call moves alike (x.nbytes for most calls):
-        the transport carries it on every message and exchange, so that a
-        rank whose call differs is caught without debug mode."""
+        is the executor, or nothing is queued).  ``key``: its call key (the
+        bytes that every rank's call moves alike, with its call, dtype, op,
+        root and counts: callkey.py): the transport carries it on every
+        message and exchange, so that a rank whose call differs is caught
+        without debug mode.  ``rooted``: a call in which a rank may only
+        send, which then looks for what a disagreeing peer sent it."""
         if self._broken is not None:
             raise broken_error(self._broken, call)
         ep = self._t.coll
@@ -276,7 +280,7 @@ class Communicator(HostsInfo):
             if mine is not None:
                 debug.check(ep.exchange(mine))
             ep.call_bytes = key
-            if call not in _ROOTED:
+            if not rooted:
                 return quietly(body, ep) if ieee else body(ep)
             got = ep.recv_bytes
             result = quietly(body, ep) if ieee else body(ep)
@@ -442,7 +446,7 @@ class Communicator(HostsInfo):
                 self._seq += 1
                 uf, avg, ieee, low = ok
                 return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee,
-                                     key=low | x.nbytes << callkey.BYTES_AT)
+                                     key=low | x.nbytes << 29)  # callkey.key
         self._open(c)
         x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
@@ -469,7 +473,7 @@ class Communicator(HostsInfo):
         """Every rank's ``x`` (rank i's has ``counts[i]`` rows) concatenated in
         rank order along the first axis, on every rank: shape (sum(counts),
         *x.shape[1:]).  ``counts`` None: the ranks agree them first (one small
-        all_gather).  ``x`` may be this rank's block of ``out`` (in place)."""
+        all_reduce).  ``x`` may be this rank's block of ``out`` (in place)."""
         c = "all_gather_v"
         name, x, out = self._begin(c, algorithm, x, out)
         cs = self._counts(c, counts, x)
@@ -550,15 +554,16 @@ class Communicator(HostsInfo):
         """``x`` holds the blocks for ranks 0..N-1 in order (``send_counts[j]``
         rows for rank j); the result the blocks from ranks 0..N-1
         (``recv_counts[j]`` rows from rank j), shape (sum(recv_counts),
-        *x.shape[1:]).  ``recv_counts`` None: the ranks agree them first (one
-        small all_to_all of the counts)."""
+        *x.shape[1:]).  ``recv_counts`` None: the ranks agree every count first
+        (one small all_reduce), and run the fixed-count all_to_all where all
+        are equal."""
         c = "all_to_all_v"
         name, x, out = self._begin(c, algorithm, x, out)
         sc = args.counts(c, "send_counts", send_counts, self.size)
         args.rows_sum(c, "send_counts", sc, x)
         n, matrix = self.size, None
         if recv_counts is None:  # every rank's send_counts, to every rank
-            matrix = self.all_gather(np.array(sc, np.int64)).tolist()
+            matrix = self._every(sc).tolist()
             rc = tuple(int(matrix[j][self.rank]) for j in range(n))
         else:
             rc = args.counts(c, "recv_counts", recv_counts, self.size)
@@ -688,13 +693,20 @@ class Communicator(HostsInfo):
 
     def _counts(self, call: str, counts, x) -> tuple[int, ...]:
         """The ranks' counts: the caller's (checked against ``x``'s rows), or,
-        for None, agreed now by an all_gather of every rank's rows."""
+        for None, agreed now (``_every``)."""
         if counts is None:
-            got = self.all_gather(np.array([x.shape[0]], np.int64))
-            return tuple(int(k) for k in got.reshape(-1))
+            return tuple(self._every((x.shape[0],)).reshape(-1).tolist())
         cs = args.counts(call, "counts", counts, self.size)
         args.own_count(call, "counts", cs, self.rank, x)
         return cs
+
+    def _every(self, mine: tuple) -> np.ndarray:
+        """Every rank's ``mine`` (ints, as many on every rank), row by rank: an
+        all_reduce (sum) of int64 rows, each rank filling its own: one round
+        of the small all-reduce for up to 4 KiB of counts."""
+        rows = np.zeros((self.size, len(mine)), np.int64)
+        rows[self.rank] = mine
+        return self.all_reduce(rows, out=rows)
 
     def _vdefault(self, call: str, nbytes: int) -> str:
         """The table's algorithm for a variable-count call of unequal counts
@@ -823,7 +835,7 @@ _ROOTED = frozenset(("broadcast", "scatter", "gather", "reduce", "gather_v", "sc
 
 def _row(x) -> int:
     """Elements per row of ``x`` (along its first axis)."""
-    return int(np.prod(x.shape[1:], dtype=np.int64))
+    return math.prod(x.shape[1:])
 
 
 def _lost(e: BaseException) -> list[int]:

@@ -42,15 +42,18 @@ def train_parser() -> argparse.ArgumentParser:
                                 epilog=SUBCOMMANDS,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--strategy", default="ddp",
-                   choices=["ps", "ddp", "zero1", "zero2", "zero3", "pipeline", "tensor"],
-                   help="parameter server, DDP, ZeRO stage 1-3, or the pipeline or "
-                        "tensor-parallel model below (default %(default)s)")
+                   choices=["ps", "ddp", "zero1", "zero2", "zero3", "pipeline", "tensor", "moe"],
+                   help="parameter server, DDP, ZeRO stage 1-3, the pipeline or "
+                        "tensor-parallel model below, or a mixture of experts, one expert "
+                        "a rank, its tokens routed with all_to_all_v (default %(default)s)")
     p.add_argument("--steps", type=int, default=20, help="training steps (default %(default)s)")
     p.add_argument("--batch", type=int, default=None,
-                   help="global samples per step (default 64; 512 for pipeline, tensor)")
+                   help="global samples per step (default 64; 512 for pipeline, tensor; "
+                        "1024 tokens for moe)")
     p.add_argument("--accum", type=int, default=1,
                    help="micro-batches per step (default %(default)s)")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default %(default)g)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="Adam's learning rate (default 1e-3; 1e-2 for moe)")
     p.add_argument("--bucket-mb", type=float, default=4.0,
                    help="gradient bucket size in MB (ddp, zero1, zero2; default %(default)g)")
     p.add_argument("--no-overlap", action="store_true",
@@ -142,6 +145,10 @@ def main(argv=None) -> int:
         from .scaling import main as sc
         return sc(argv[1:])
     a = train_parser().parse_args(argv)
+    if a.strategy == "moe":
+        return _moe(a)
+    if a.lr is None:
+        a.lr = 1e-3
     if a.strategy in ("pipeline", "tensor"):
         if a.dtype is not None:  # their parameters, activations and gradients are fp32
             train_parser().error("--dtype applies to ps, ddp and zero1-3; pipeline and "
@@ -156,6 +163,29 @@ def main(argv=None) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL)
     run(cfg, progress=not a.quiet, json_path=a.json, transport=a.transport)
     return 0
+
+
+def _moe(a) -> int:
+    import collectives as cc
+    from .moe import MoEConfig, train
+    cfg = MoEConfig(steps=a.steps, batch=a.batch or 1024, lr=a.lr or 1e-2, seed=a.seed,
+                    algorithm=None if a.algorithm in ("auto", "ring") else a.algorithm)
+    with cc.init(transport=a.transport) as comm:
+        if not _fits(cfg, comm):
+            return 2
+        train(comm, cfg, progress=not a.quiet, json_path=a.json)
+    return 0
+
+
+def _fits(cfg, comm) -> bool:
+    """``cfg.check(comm.size)``; where it refuses, rank 0 says why."""
+    try:
+        cfg.check(comm.size)
+    except ValueError as e:
+        if comm.rank == 0:
+            print(f"python -m trainer: error: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def _timeline_missing() -> str | None:
@@ -180,11 +210,7 @@ def _grid(a) -> int:
     sys.setswitchinterval(SWITCH_INTERVAL)
     with cc.init(transport=a.transport) as comm:
         cfg = grid_config_from(a, comm.size)
-        try:
-            cfg.check(comm.size)
-        except ValueError as e:
-            if comm.rank == 0:
-                print(f"python -m trainer: error: {e}", file=sys.stderr)
+        if not _fits(cfg, comm):
             return 2
         train(comm, cfg, progress=not a.quiet, json_path=a.json, timeline_path=a.timeline)
     return 0
