@@ -6,7 +6,8 @@ Each case (``cases``) is one call in which rank 1 (the last rank, for a
 root) passes something else than the others: a dtype of the same item
 size (float32 against int32), another op (max against sum), another root;
 at 8 B, 64 KiB and 1 MiB, with the default and with every algorithm
-offered.  Each case runs on a fresh sub-communicator of a world that no
+offered; and counts that disagree (rank 1 believes rank 0 has a row more)
+in the variable-count calls.  Each case runs on a fresh sub-communicator of a world that no
 case touches; each rank records ``["raised", class, seconds, message]``,
 or ``["returned", what its next call (a barrier) did]``, and rank 0 writes ``{case: [record per rank]}``.
 Run it with a short COLLECTIVES_TIMEOUT: a rank that would hang fails its
@@ -59,12 +60,22 @@ def run(comm, kind: str, call: str, alg, nbytes: int, odd: bool | None = None):
         return comm.scan(x, op=op, algorithm=alg)
     if call == "gather_v":
         return comm.gather_v(x, [count] * n, root=root, algorithm=alg)
+    # counts: rank 1 believes rank 0 has one row more than rank 0 has
+    rows = [count + 1 if kind == "counts" and odd and j == 0 else count for j in range(n)]
+    if call == "all_gather_v":
+        return comm.all_gather_v(np.ones(rows[comm.rank], dt), rows, algorithm=alg)
+    if call == "reduce_scatter_v":
+        return comm.reduce_scatter_v(np.ones(sum(rows), dt), rows, algorithm=alg)
+    if call == "all_to_all_v":  # rank 1 expects a row more from rank 0 than rank 0 sends it
+        recv = [count + 1 if kind == "counts" and odd and j == 0 else count for j in range(n)]
+        return comm.all_to_all_v(np.ones(count * n, dt), [count] * n, recv, algorithm=alg)
     raise ValueError(call)
 
 
 CALLS = {"dtype": ("all_reduce", "reduce_scatter", "broadcast", "gather"),
          "op": ("all_reduce", "reduce_scatter", "reduce", "scan"),
-         "root": ("reduce", "broadcast", "gather", "scatter", "gather_v")}
+         "root": ("reduce", "broadcast", "gather", "scatter", "gather_v"),
+         "counts": ("all_gather_v", "reduce_scatter_v", "all_to_all_v")}
 
 
 def cases(comm) -> list[tuple[str, str, object, int]]:

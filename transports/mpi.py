@@ -128,9 +128,10 @@ class MpiTransport(Transport):
         any message a call of theirs left unreceived here (``strays``), so
         that a peer that waits on it (a synchronous send) raises."""
         if self.coll.modulus and self.coll.comm != MPI.COMM_NULL:
-            for call, words in self.coll.strays():
+            for peer, call, words in self.coll.strays():
+                others = [p for p in range(self.size) if p != peer]  # the sender alone
                 self.notices.send(call, f"rank {self.rank} detected an error in collective "
-                                        f"#{call}: {words}")
+                                        f"#{call}: {words}", skip=others)
 
     def set_arrived(self, seq: int, call_bytes: int = 0) -> None:
         if not seq & 63:  # a rank that never waits still takes its peers' arrivals
@@ -207,7 +208,7 @@ class Notices:
                 raise e
 
     def arrive(self, seq: int, key: int) -> None:
-        """Tell every peer, once per collective, that this rank waits in
+        """Tell every peer of this host, once per collective, that this rank waits in
         collective ``seq`` with call key ``key``: a peer that waits in the
         same call with another key (the ranks disagree on a root, say, and
         each waits for the other) then raises ``mismatched`` instead of
@@ -216,9 +217,14 @@ class Notices:
             return
         self.announced = seq
         buf = np.array([seq, key], np.int64)
-        with self.t.lock:
-            for p in range(self.t.size):
-                if p != self.t.rank:
+        # the peers of this host that are alive: MPICH's tcp netmod can spin
+        # in MPI_Isend to a dead rank, and a rank of another host may be one
+        t = self.t
+        near = [p for p in range(t.size) if p != t.rank and not t.remote[p]]
+        gone = set(t.liveness.dead(near))
+        with t.lock:
+            for p in near:
+                if p not in gone:
                     self.sent.append((self.comm.Isend([buf, MPI.BYTE], p, self.arrival_tag),
                                       buf))
         self._reap()
@@ -457,8 +463,8 @@ class MpiEndpoint(Endpoint):
             if found and 0 < back < STRAY_CALLS:
                 raise stray(p, self.tag - back)
 
-    def strays(self) -> list[tuple[int, str]]:
-        """(call, words) for each peer's first message left unreceived here
+    def strays(self) -> list[tuple[int, int, str]]:
+        """(peer, call, words) for each peer's first message left unreceived here
         once this rank's calls are done (``close``): a call of that peer that
         differed from this rank's (``stray``; ``mismatched`` for the last)."""
         found, st, seq = [], MPI.Status(), self.tag & SEQ_MASK
@@ -477,5 +483,5 @@ class MpiEndpoint(Endpoint):
                 e = stray(p, self.tag - back)
             else:
                 continue
-            found.append((self.tag - back, e.detail))
+            found.append((p, self.tag - back, e.detail))
         return found
