@@ -9,6 +9,8 @@
   (a sample above 4 ranks), three dtypes and, for reduce_scatter_v, sum,
   max and avg;
 - ``scan`` and ``exscan``, every algorithm, op and those dtypes, in place too;
+- every dtype (bfloat16 included) with every op it takes, through
+  ``reduce_scatter_v`` on unequal counts and ``scan``, by default;
 - the object calls, and foreign arrays (``__dlpack__`` alone, memoryview,
   array.array) as input and out.
 
@@ -28,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import collectives as cc  # noqa: E402
-from bench.data import expect, make, reduced  # noqa: E402
+from bench.data import DTYPES as ALL_DTYPES, expect, make, ops_for, reduced  # noqa: E402
 from launch import finish  # noqa: E402
 
 DTYPES = (np.float64, np.int32, np.float16)
@@ -165,6 +167,22 @@ def cases(comm):
                             else:
                                 expect(got, reduced(upto, dt, (5, *REST), op, seed))
                         add(f"{call} {alg} {np.dtype(dt)} {op} inplace={inplace}", f)
+
+    # every dtype with every op it takes: reduce_scatter_v (unequal counts)
+    # and scan/exscan, by default
+    cs = patterns(n)[1]
+    for dt in ALL_DTYPES:
+        for op in ops_for(dt):
+            def f(dt=dt, op=op, seed=len(out)):
+                total = sum(cs)
+                x = make(dt, (total, *REST), me, seed, op)
+                at = sum(cs[:me])
+                want = reduced(n, dt, (total, *REST), op, seed)
+                expect(comm.reduce_scatter_v(x, cs, op=op), want[at:at + cs[me]])
+                if op != "avg":
+                    y = make(dt, (3, *REST), me, seed, op)
+                    expect(comm.scan(y, op=op), reduced(me + 1, dt, (3, *REST), op, seed))
+            add(f"every dtype and op: {np.dtype(dt)} {op}", f)
 
     def traffic():
         """Each algorithm's bytes on unequal counts: what docs/algorithms.md
