@@ -8,8 +8,10 @@ TypeError or ValueError on this rank alone, before any byte moves.  ``me``,
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import validate as v
-from .arrays import empty
+from .arrays import address, empty
 
 
 def result(c: str, x, out, shape: tuple, what: str, device: int | None) -> tuple:
@@ -121,8 +123,6 @@ def rows_out(c: str, x, out, total: int, rest: tuple, device, what: str):
 def block_at(c: str, whole, part, start: int) -> None:
     """``part`` may overlap ``whole`` only as exactly its elements from
     ``start`` on (in place); ValueError otherwise."""
-    import numpy as np
-    from .arrays import address
     if part.nbytes and np.may_share_memory(whole, part) and \
             address(part) != address(whole) + start * part.itemsize:
         raise ValueError(f"{c}: x and out overlap; they may share memory only as this "

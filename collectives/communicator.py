@@ -24,6 +24,7 @@ from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
 from .small import SmallAllReduce, plain_out
 from .arrays import adopt
+from .callkey import BYTES_AT
 from .traffic import Traffic
 from .work import Executor, Work
 
@@ -182,12 +183,7 @@ class Communicator(HostsInfo):
         family = FAMILIES[call]
         name = v.algorithm(call, algorithm, self._tables[call], family)
         if nbytes == 0 and call != "barrier":
-            # an empty call moves nothing, but its ranks meet in a barrier
-            # (with call size 0): a rank whose peers pass elements raises with
-            # them, as for any other difference in size, instead of returning
-            bar = FAMILIES["barrier"]
-            meet = self._choose.base("barrier", 0)
-            return name, lambda ep, *args: bar.run(meet, ep)
+            return name, self._meet()
         if name is not None:
             return name, lambda ep, *args: family.run(name, ep, *args)
         kind = self._kind(a)
@@ -195,6 +191,14 @@ class Communicator(HostsInfo):
         choose = self._choose
         return None, lambda ep, *args: choose.run(call, nbytes, kind, in_place, ep, args,
                                                   self._agree)
+
+    def _meet(self) -> Callable:
+        """What an empty call runs: it moves nothing, but its ranks meet in a
+        barrier (under the call's key), so that a rank whose peers pass
+        elements raises with them, as for any other difference in size,
+        instead of returning."""
+        bar, meet = FAMILIES["barrier"], self._choose.base("barrier", 0)
+        return lambda ep, *args: bar.run(meet, ep)
 
     def _kind(self, a) -> str:
         """The array kind of ``a`` (selection.KINDS)."""
@@ -446,7 +450,7 @@ class Communicator(HostsInfo):
                 self._seq += 1
                 uf, avg, ieee, low = ok
                 return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee,
-                                     key=low | x.nbytes << 29)  # callkey.key
+                                     key=low | x.nbytes << BYTES_AT)  # callkey.key
         self._open(c)
         x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
@@ -600,14 +604,8 @@ class Communicator(HostsInfo):
         b = variable.bounds(cs, _row(x))
         args.block_at(c, x, out, b[me])
         xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
-        fam = variable.FAMILIES[c]
-        if len(set(cs)) == 1 and name is None:
-            _, alg = self._pick("reduce_scatter", None, x.nbytes, x, out)
-            run_args = (xf, of, uf)
-        else:
-            chosen = name or self._vdefault(c, x.nbytes)
-            alg = lambda ep, *a: fam.run(chosen, ep, *a)  # noqa: E731
-            run_args = (xf, of, b, uf)
+        alg, twin = self._route(c, name, len(set(cs)) == 1, x, out, x.nbytes)
+        run_args = (xf, of, uf) if twin else (xf, of, b, uf)
 
         def body(ep):
             alg(ep, *run_args)
@@ -647,12 +645,7 @@ class Communicator(HostsInfo):
         xf = (x.reshape(-1).copy() if exclusive else of) if in_place else x.reshape(-1)
         ident = prefix.identity(o.value, x.dtype) if exclusive else None
         uf = REDUCERS[o]
-        if x.nbytes == 0:  # nothing moves; the ranks meet as for any empty call
-            bar, meet = FAMILIES["barrier"], self._choose.base("barrier", 0)
-            alg = lambda ep, *a: bar.run(meet, ep)  # noqa: E731
-        else:
-            chosen, fam = name or self._vdefault(c, x.nbytes), MORE[c]
-            alg = lambda ep, *a: fam.run(chosen, ep, *a)  # noqa: E731
+        alg = self._meet() if x.nbytes == 0 else self._more(c, name, x.nbytes)
 
         def body(ep):
             alg(ep, xf, of, uf, exclusive, ident)
@@ -708,29 +701,33 @@ class Communicator(HostsInfo):
         rows[self.rank] = mine
         return self.all_reduce(rows, out=rows)
 
-    def _vdefault(self, call: str, nbytes: int) -> str:
-        """The table's algorithm for a variable-count call of unequal counts
-        (``nbytes``: the whole concatenation's, the same on every rank)."""
-        return selection.row(call, nbytes, self._choose.where).algorithm
+    def _more(self, call: str, name, nbytes: int) -> Callable:
+        """``run(ep, *args)`` of algorithm ``name`` of a call of ``MORE``, or
+        of the table's where None (``nbytes``: the same on every rank: a
+        variable-count call's whole concatenation)."""
+        chosen = name or selection.row(call, nbytes, self._choose.where).algorithm
+        fam = MORE[call]
+        return lambda ep, *args: fam.run(chosen, ep, *args)
+
+    def _route(self, call: str, name, equal: bool, a, twin_out, nbytes: int) -> tuple:
+        """A variable-count call's ``run(ep, *args)``, and whether it is its
+        fixed-count twin's (with that call's choice, adaptation included):
+        where every count is ``equal`` and no algorithm is named; else
+        ``_more``.  ``a``: the array whose size and kind the twin's choice
+        takes, ``twin_out`` its result."""
+        if equal and name is None:
+            return self._pick(variable.TWIN[call], None, a.nbytes, a, twin_out)[1], True
+        return self._more(call, name, nbytes), False
 
     def _variable(self, call: str, name, cs, a, twin_out, twin_args: tuple, vargs: tuple,
                   result, async_op: bool, sig: tuple, equal: bool | None = None):
-        """Queue variable-count call ``call``: where every count is equal and
-        no algorithm is named, its fixed-count twin (with that call's choice,
-        adaptation included) on ``twin_args``; else algorithm ``name`` (the
-        table's where None) on ``vargs``.  ``a``: the array whose size and
-        kind the twin's choice takes, ``twin_out`` its result."""
+        """Queue variable-count call ``call`` (``_route``): its twin on
+        ``twin_args``, or its own algorithm on ``vargs``; ``equal``: whether
+        every count is (default: every one of ``cs``)."""
         if equal is None:
             equal = len(set(cs)) == 1
-        if equal and name is None:
-            _, alg = self._pick(variable.TWIN[call], None, a.nbytes, a, twin_out)
-            run_args = twin_args
-        else:
-            chosen = name or self._vdefault(call, sig[0] * sig[1].itemsize)
-            fam = variable.FAMILIES[call]
-            alg = lambda ep, *args: fam.run(chosen, ep, *args)  # noqa: E731
-            run_args = vargs
-        return self._move(call, alg, run_args, result, async_op, sig, a, cs)
+        alg, twin = self._route(call, name, equal, a, twin_out, sig[0] * sig[1].itemsize)
+        return self._move(call, alg, twin_args if twin else vargs, result, async_op, sig, a, cs)
 
     def barrier(self, *, algorithm: str | None = None, async_op: bool = False):
         """Return once every rank has entered the barrier."""

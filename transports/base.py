@@ -279,10 +279,10 @@ class Transport:
         looks where it is cheap to."""
 
     def left_over(self) -> None:
-        """Before a close after calls that all returned: tell the peers of
-        what their calls left unreceived here (mpi, where such a message
-        keeps its synchronous sender waiting; shm's senders watch the
-        receiver's arrival board)."""
+        """Before a close after calls that all returned: tell the senders of
+        what their calls left unreceived here (mpi, where a sender may wait on
+        such a message, as a rendezvous send does, or on a peer that waits on
+        it; shm's ranks read each other's arrival boards and slots)."""
 
     def name_hosts(self, e: CollectiveError) -> None:
         """Add the hosts of the ranks that error ``e`` names to its words,

@@ -52,10 +52,11 @@ def describe(e: BaseException) -> str:
 
 
 # How two call keys read in words: ``(theirs, mine, modulus, rank) -> text``
-# or None (rank: this rank's, which holds ``mine``), where theirs is known only modulo ``modulus`` (not 0: MPI's tags
-# carry a residue).  Set by the layer that makes the keys (collectives'
-# callkey.py, which folds the dtype, op, root and counts into them); a key
-# it did not make (a plain byte count) reads as bytes.
+# or None; ``rank`` holds ``mine``, and ``theirs`` is known only modulo
+# ``modulus`` where that is not 0 (MPI's tags carry a residue).  Set by the
+# layer that makes the keys (collectives' callkey.py, which folds the call,
+# dtype, op, root and counts into them); a key it did not make (a plain
+# byte count) reads as bytes.
 key_words = None
 
 

@@ -124,9 +124,9 @@ class MpiTransport(Transport):
             self.coll._probe()
 
     def left_over(self) -> None:
-        """Before a close after calls that all returned: tell the peers of
-        any message a call of theirs left unreceived here (``strays``), so
-        that a peer that waits on it (a synchronous send) raises."""
+        """Before a close after calls that all returned: tell the sender of
+        any message one of its calls left unreceived here (``strays``), so that
+        a sender still waiting in that call raises instead of timing out."""
         if self.coll.modulus and self.coll.comm != MPI.COMM_NULL:
             for peer, call, words in self.coll.strays():
                 others = [p for p in range(self.size) if p != peer]  # the sender alone

@@ -224,7 +224,7 @@ class ShmEndpoint(Endpoint):
         for p, ch in self.in_ch.items():
             tail = int(u32[ch.tail])
             if int(u32[ch.head]) != tail and not self.posted[p] and self.incoming[p] is None:
-                tag, key = ch.hdr[tail & (ch.nslots - 1)][[0, 5]].tolist()
+                tag, *_, key = ch.hdr[tail & (ch.nslots - 1)].tolist()
                 if tag == seq and key != self.call_bytes and self.call_bytes != UNCHECKED:
                     raise mismatched(p, seq, key, self.rank, self.call_bytes)
                 if 0 < seq - tag < STRAY_CALLS:
