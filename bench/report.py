@@ -24,11 +24,12 @@ class Result:
     rows: list[Row] = dataclasses.field(default_factory=list)
     baseline: str = "MPI"  # whose collective the mpi_* columns measure: MPI or NCCL
     alloc: str = "numpy"   # our buffers: plain arrays or communicator-allocated ("comm")
+    mpi_library: str = ""  # the MPI under mpi4py (mpi_library_name)
 
     def as_json(self) -> dict:
         d = {k: getattr(self, k) for k in
              ("collective", "n", "transport", "dtype", "op", "root", "memcpy_gbps",
-              "repeat", "baseline", "alloc")}
+              "repeat", "baseline", "alloc", "mpi_library")}
         d["rows"] = [r.as_json() for r in self.rows]
         return d
 
@@ -86,9 +87,13 @@ class Table:
         print(line, file=self.out, flush=True)
 
     def preamble(self, memcpy_gbps: float, iters: str, warmup: str, check: bool,
-                 repeat: int, alloc: str = "numpy", over_best: bool = False) -> None:
+                 repeat: int, alloc: str = "numpy", over_best: bool = False,
+                 mpi_library: str = "") -> None:
         """The lines that hold for every collective of the run; ``over_best``:
-        the tables have the ÷best column (--algorithm all)."""
+        the tables have the ÷best column (--algorithm all); ``mpi_library``:
+        the MPI whose calls are the baseline (mpi_library_name)."""
+        if mpi_library:
+            self._print(f"# MPI library (the baseline's, and the mpi transport's): {mpi_library}")
         self._print(f"# memcpy bandwidth (1 core, np.copyto of 64 MiB): {memcpy_gbps:.2f} GB/s")
         self._print(f"# iters: {iters}  warmup: {warmup}  check: {'yes' if check else 'no'}"
                     "  (algorithm auto:X(source) = the library's default choice, X, taken "
@@ -192,6 +197,19 @@ def _by_algorithm(rows: list[Row]) -> dict[str, list[Row]]:
     for r in rows:
         out.setdefault("auto" if r.auto else r.algorithm, []).append(r)
     return out
+
+
+def mpi_library_name() -> str:
+    """The first line of MPI_Get_library_version, shortened: "MPICH Version:
+    5.0.2" or "Open MPI v5.0.11, ..." becomes "MPICH 5.0.2", "Open MPI 5.0.11"."""
+    from mpi4py import MPI
+    first = MPI.Get_library_version().strip().splitlines()[0]
+    words = first.replace(",", " ").replace("Version:", " ").split()
+    if first.startswith("Open MPI") and len(words) > 2:
+        return f"Open MPI {words[2].lstrip('v')}"
+    if first.startswith("MPICH") and len(words) > 1:
+        return f"MPICH {words[1]}"
+    return " ".join(words)
 
 
 def write_json(path: str, results: list[Result], as_list: bool,

@@ -1,6 +1,7 @@
 """Real hosts on this machine (cluster/cluster): network namespaces with
-their own hostnames, joined through a switch, MPICH's Hydra launching across
-them through an ssh stand-in and moving bytes between them over TCP.
+their own hostnames, joined through a switch, MPICH's Hydra (or Open MPI's
+prterun) launching across them through an ssh stand-in, and MPI moving bytes
+between them over TCP.
 
 ``make test-cluster`` runs tests/test_cluster.py with CLUSTER_TESTS=1; it
 needs root and ``ip`` (``cluster/cluster check`` says why not where it cannot).
@@ -12,7 +13,7 @@ import shlex
 import subprocess
 import sys
 
-from launch import MPIEXEC, ROOT, mpi_env
+from launch import LAUNCH, MPIEXEC, ROOT, mpi_env
 
 SCRIPT = ROOT / "cluster" / "cluster"
 ENABLED = os.environ.get("CLUSTER_TESTS", "") not in ("", "0")
@@ -56,13 +57,13 @@ def command(spec: str, argv: list[str], cleanup: bool = True) -> list[str]:
     (measured: exit codes 9 on the victim's host).  So each rank runs under
     a shell that stays its parent (a killed rank is then a shell that
     exits with status 137) and ignores the SIGUSR1 that Hydra sends the
-    survivors."""
+    survivors.  Open MPI's launcher lets them run on with --enable-recovery."""
     n = len(ranks_of(spec))
     run = [sys.executable, *argv]
     if not cleanup:
         run = ["sh", "-c", "trap '' USR1; " + shlex.join(run)]
-    return [str(SCRIPT), "mpiexec", spec, *([] if cleanup else ["-disable-auto-cleanup"]),
-            "-n", str(n), *run]
+    keep = "--with-ft=ulfm" if LAUNCH.kind == "openmpi" else "-disable-auto-cleanup"
+    return [str(SCRIPT), "mpiexec", spec, *([] if cleanup else [keep]), "-n", str(n), *run]
 
 
 def env(**extra: str) -> dict:

@@ -11,22 +11,18 @@ import itertools
 import subprocess
 import sys
 
-from launch import MPIEXEC, ROOT, mpi_env
+from launch import LAUNCH, ROOT, mpi_env
 
 LAYOUTS = {"2x2": "aabb", "2x3": "aaabbb", "4x2": "aabbccdd", "2+1+1": "aabc",
            "interleaved": "abab"}
 
 
-def command(layout: str, argv: list[str], launcher: str = MPIEXEC) -> list[str]:
-    """mpiexec -n k -env COLLECTIVES_HOST h python argv : ... for each run of
-    consecutive ranks of one host."""
-    cmd = [launcher]
-    for host, run in itertools.groupby(layout):
-        if len(cmd) > 1:
-            cmd.append(":")
-        cmd += ["-n", str(len(list(run))), "-env", "COLLECTIVES_HOST", host,
-                sys.executable, *argv]
-    return cmd
+def command(layout: str, argv: list[str], launcher=LAUNCH) -> list[str]:
+    """mpiexec -n k (COLLECTIVES_HOST=h) python argv : ... for each run of
+    consecutive ranks of one host (``launcher``: a collectives.launcher.Launcher)."""
+    return launcher.command([(len(list(run)), {"COLLECTIVES_HOST": host},
+                              [sys.executable, *argv])
+                             for host, run in itertools.groupby(layout)])
 
 
 def run_layout(layout: str, argv: list[str], timeout: float = 300,

@@ -228,7 +228,8 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
     # a survivor that dies of a signal leaves its stack here (test_faults
     # shows it)
     import faulthandler
-    crash = open(os.path.join(outdir, f"crash{os.environ.get('PMI_RANK', os.getpid())}.txt"), "w")
+    me = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.getpid()
+    crash = open(os.path.join(outdir, f"crash{me}.txt"), "w")
     faulthandler.enable(file=crash)
     timeout = {"uncaught": 60, "slow": SLOW_TIMEOUT, "flap": FLAP_TIMEOUT}.get(scenario, TIMEOUT)
     comm = cc.init(transport=transport, timeout=timeout)

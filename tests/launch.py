@@ -1,33 +1,23 @@
-"""Launch a script under MPICH's mpiexec (hydra) or its mpiexec.gforker."""
+"""Launch a script under the MPI at hand (collectives/launcher.py: MPICH's
+Hydra or gforker, Open MPI's prterun)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from collectives.launcher import Launcher, default, find
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def find_launcher(name: str, variable: str) -> str:
-    """``$variable`` if set; else ``name`` beside this Python (a virtual
-    environment with the mpich wheel); else ``name`` on PATH (an MPI that came
-    some other way, e.g. bench/gpu_check.sh's).  The path beside this Python
-    where it is nowhere, so that the error names where it was looked for."""
-    given = os.environ.get(variable)
-    if given:
-        return given
-    beside = Path(sys.executable).with_name(name)
-    if beside.exists():
-        return str(beside)
-    return shutil.which(name) or str(beside)
-
-
-MPIEXEC = find_launcher("mpiexec", "MPIEXEC")
-# MPICH's simple fork launcher: unlike hydra it lets the survivors of a killed
-# rank run on (hydra may SIGKILL them even with -disable-auto-cleanup).
-GFORKER = find_launcher("mpiexec.gforker", "GFORKER")
+MPIEXEC = find("mpiexec", "MPIEXEC")
+LAUNCH = default()
+# survivors of a killed rank run on: MPICH's simple fork launcher (hydra may
+# SIGKILL them even with -disable-auto-cleanup), or Open MPI's with
+# --enable-recovery
+SURVIVE = default(keep_going=True)
 
 
 def mpi_env(**extra: str) -> dict:
@@ -38,17 +28,18 @@ def mpi_env(**extra: str) -> dict:
     return env
 
 
-def run_mpi(n: int, argv: list[str], timeout: float = 300, launcher: str = MPIEXEC,
+def run_mpi(n: int, argv: list[str], timeout: float = 300, launcher: Launcher = LAUNCH,
             **env: str) -> subprocess.CompletedProcess:
     """Run ``python argv...`` on ``n`` ranks; returns the finished process."""
-    cmd = [launcher, "-n", str(n), sys.executable, *argv]
+    cmd = launcher(n, [sys.executable, *argv])
     return subprocess.run(cmd, cwd=ROOT, env=mpi_env(**env), capture_output=True,
                           text=True, timeout=timeout)
 
 
-def start_mpi(n: int, argv: list[str], launcher: str = MPIEXEC, **env: str) -> subprocess.Popen:
+def start_mpi(n: int, argv: list[str], launcher: Launcher = LAUNCH,
+              **env: str) -> subprocess.Popen:
     """Start ``python argv...`` on ``n`` ranks without waiting for it."""
-    cmd = [launcher, "-n", str(n), sys.executable, *argv]
+    cmd = launcher(n, [sys.executable, *argv])
     return subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(**env), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 

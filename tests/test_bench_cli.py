@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import launch
 from bench import summary
 
 ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = Path(sys.executable).with_name("mpiexec")
+MPIEXEC = Path(launch.MPIEXEC)
 INPLACE_KEYS = {"inplace_iters", "inplace_time_us", "inplace_algbw", "inplace_busbw",
                 "inplace_wrong"}
 # each round's figures, and what the rounds give
@@ -85,7 +86,7 @@ def _bench(n: int, *args: str, timeout: float = 60, module: str = "bench",
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("COLLECTIVES_TIMEOUT", "30")
     run = ["-c", code] if code else ["-m", module]
-    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, *run, *args]
+    cmd = launch.LAUNCH(n, [sys.executable, *run, *args])
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=timeout)
     assert p.returncode == status, f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"

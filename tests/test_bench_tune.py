@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+import launch
 from bench import tune
 from bench.cases import COLLECTIVES
 
 ROOT = Path(__file__).resolve().parents[1]
-MPIEXEC = Path(sys.executable).with_name("mpiexec")
+MPIEXEC = Path(launch.MPIEXEC)
 K = 1024
 
 needs_mpiexec = pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec at {MPIEXEC}")
@@ -111,7 +112,7 @@ def _mpi(n: int, *argv: str, **env: str) -> subprocess.CompletedProcess:
     e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))
     e.setdefault("COLLECTIVES_TIMEOUT", "30")
     e.update(env)
-    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, *argv]
+    cmd = launch.LAUNCH(n, [sys.executable, *argv])
     p = subprocess.run(cmd, cwd=ROOT, env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
     return p

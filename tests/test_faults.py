@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from launch import GFORKER, run_mpi, shm_files, start_mpi
+from launch import SURVIVE, run_mpi, shm_files, start_mpi
 
 TIMEOUT = 3.0  # faults.TIMEOUT
 SLOW_TIMEOUT = 1.0  # faults.SLOW_TIMEOUT
@@ -100,11 +100,11 @@ def fault_job(n: int, scenario: str, transport: str, extra: list, victim: int = 
 
 
 def _fault_job(n: int, scenario: str, transport: str, extra: list, victim: int = 1) -> dict:
-    """Run a fault scenario under gforker; return the reports once every
-    survivor has written its own (gforker itself lingers for seconds after a
+    """Run a fault scenario under SURVIVE (survivors run on); return the reports once every
+    survivor has written its own (the launcher lingers for seconds after a
     rank dies, so it is stopped then; the ranks' exit is checked by pid)."""
     with tempfile.TemporaryDirectory() as d:
-        p = start_mpi(n, ["tests/faults.py", scenario, transport, d, *extra], launcher=GFORKER)
+        p = start_mpi(n, ["tests/faults.py", scenario, transport, d, *extra], launcher=SURVIVE)
         try:
             res = results(d, n, wait=TIMEOUT + 20, victim=victim)
             for info in res.values():  # survivors linger on the reports in d

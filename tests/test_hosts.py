@@ -96,7 +96,8 @@ def test_layout_arithmetic_and_choice():
     assert choose("broadcast", 8, h) == "hier"
     assert choose("gather", 8, h) == "binomial"
     cmd = command("aabc", ["p.py"])
-    assert cmd.count(":") == 2 and cmd.count("COLLECTIVES_HOST") == 3
+    assert cmd.count(":") == 2
+    assert sum(w.startswith("COLLECTIVES_HOST") for w in cmd) == 3
 
 
 def test_debug_mode_on_hier():

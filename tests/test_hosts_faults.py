@@ -4,7 +4,7 @@ process is left, and /dev/shm stays clean.
 
 The scenario is tests/faults.py's "kill" on the "hier" transport (rank 1
 SIGKILLs itself at a random moment of a stream of collectives), launched
-under gforker as test_faults.py launches it, with one $COLLECTIVES_HOST per
+under the launcher test_faults.py uses (SURVIVE), with one $COLLECTIVES_HOST per
 block of ranks.  The victim is on this machine, so at least one survivor
 sees its death and names it (test_faults._survivors_fail); the others may
 time out instead, since they wait on survivors that gave up.
@@ -16,7 +16,7 @@ import tempfile
 import pytest
 
 from emulate import command
-from launch import GFORKER, ROOT, mpi_env
+from launch import SURVIVE, ROOT, mpi_env
 from test_faults import TIMEOUT, _survivors_fail, dev_shm, gone, results  # noqa: F401
 
 # layout -> the calls of the stream; rank 1 (the victim) shares host a with
@@ -33,7 +33,7 @@ def fault_job_on(layout: str, calls: str) -> dict:
     """fault_job of test_faults.py, on the ranks of ``layout``."""
     n = len(layout)
     with tempfile.TemporaryDirectory() as d:
-        cmd = command(layout, ["tests/faults.py", "kill", "hier", d, calls], launcher=GFORKER)
+        cmd = command(layout, ["tests/faults.py", "kill", "hier", d, calls], launcher=SURVIVE)
         p = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         try:

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from launch import GFORKER, ROOT, mpi_env, run_mpi
+from launch import SURVIVE, ROOT, mpi_env, run_mpi
 from test_faults import dev_shm  # noqa: F401  (autouse: /dev/shm stays clean)
 
 SCRIPT = "tests/regions_check.py"
@@ -42,9 +42,9 @@ def test_plain_arrays_on_mpi(n):
 def test_killed_rank_leaves_nothing_in_dev_shm():
     """Rank 1 SIGKILLs itself holding regions: the survivors raise PeerFailure
     or CollectiveTimeout, and the fixture finds nothing of ours in /dev/shm
-    (the files were unlinked at allocation).  gforker lingers for seconds
+    (the files were unlinked at allocation).  The launcher lingers for seconds
     after a death: it is stopped once both survivors have reported."""
-    cmd = [GFORKER, "-n", "3", sys.executable, SCRIPT, "kill", "shm"]
+    cmd = SURVIVE(3, [sys.executable, SCRIPT, "kill", "shm"])
     p = subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(COLLECTIVES_TIMEOUT="3"),
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     stop = threading.Timer(60, p.kill)  # a hung job fails, never hangs the suite

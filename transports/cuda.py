@@ -66,7 +66,8 @@ def probe() -> str | None:
     try:
         cp = _cupy()
     except Exception as e:  # ImportError, or a broken CUDA install
-        return f"CuPy is not available ({e}); install it with pip install '.[cuda]'"
+        return (f"CuPy is not available ({e}); install it with pip install '.[cuda13]' "
+                "or '.[cuda12]' (the machine's CUDA)")
     try:
         if cp.cuda.runtime.getDeviceCount() < 1:
             return "no CUDA device is visible"

@@ -53,6 +53,19 @@ def key_modulus(tag_ub: int) -> int:
     return 0
 
 
+def _proc_failed(e: Exception) -> bool:
+    """Whether MPI error ``e`` says that a peer process failed (MPI 5's
+    MPI_ERR_PROC_FAILED, Open MPI's ``--with-ft ulfm``)."""
+    try:
+        return e.Get_error_class() in _PROC_FAILED
+    except (AttributeError, MPI.Exception):
+        return False
+
+
+_PROC_FAILED = {getattr(MPI, n) for n in ("ERR_PROC_FAILED", "ERR_PROC_FAILED_PENDING")
+                if hasattr(MPI, n)}
+
+
 # receives that _drain gave up on, and sends a failed call left behind, with
 # the buffers MPI may still fill or read
 _ABANDONED: list = []
@@ -70,6 +83,26 @@ def mpi_reason(e: Exception) -> str:
     return f"{kind}: {cause}" if cause and cause != kind else kind
 
 
+def _iprobe_any(comm, tag: int, st) -> bool:
+    """MPI_Iprobe from any source.  Where MPI refuses MPI_ANY_SOURCE because
+    a process has failed (MPI_ERR_PROC_FAILED: Open MPI's fault-tolerant
+    mode), each other rank in turn, the failed ones passed over."""
+    try:
+        return comm.Iprobe(MPI.ANY_SOURCE, tag, st)
+    except MPI.Exception as e:
+        if not _proc_failed(e):
+            raise
+    for p in range(comm.Get_size()):
+        if p != comm.Get_rank():
+            try:
+                if comm.Iprobe(p, tag, st):
+                    return True
+            except MPI.Exception as e:
+                if not _proc_failed(e):
+                    raise
+    return False
+
+
 def _drain(comm, patience: float = 0.2) -> None:
     """Receive and drop what is pending on ``comm`` before it is freed: MPICH
     reuses a freed communicator's context, and a message left over (by a
@@ -77,7 +110,7 @@ def _drain(comm, patience: float = 0.2) -> None:
     it.  A message that does not come in within ``patience`` seconds (its
     sender died halfway) is left to MPI."""
     st, end = MPI.Status(), time.monotonic() + patience
-    while comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
+    while _iprobe_any(comm, MPI.ANY_TAG, st):
         buf = np.empty(st.Get_count(MPI.BYTE), np.uint8)
         req = comm.Irecv([buf, MPI.BYTE], st.Get_source(), st.Get_tag())
         while not req.Test():
@@ -110,7 +143,9 @@ class MpiTransport(Transport):
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
         self.lock = _MPI_LOCK
-        tag_ub = mpicomm.Get_attr(MPI.TAG_UB) or TAG_UB
+        # MPI_TAG_UB is an attribute of MPI_COMM_WORLD (MPI 4.0, 8.1.2);
+        # Open MPI does not copy it to a communicator made by a split
+        tag_ub = mpicomm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or TAG_UB
         self.coll = MpiEndpoint(self, mpicomm.Dup(), "collective", key_modulus(tag_ub))
         self.p2p = MpiEndpoint(self, mpicomm.Dup(), "send/recv")
         self.notices = Notices(self, mpicomm, tag_ub)
@@ -190,7 +225,7 @@ class Notices:
         collective ``seq`` or an earlier one."""
         st = MPI.Status()
         with self.t.lock:
-            while self.comm.Iprobe(MPI.ANY_SOURCE, self.tag, st):
+            while _iprobe_any(self.comm, self.tag, st):
                 n, src = st.Get_count(MPI.BYTE), st.Get_source()
                 buf = np.empty(max(n, 8), np.uint8)
                 if n > 8 + NOTE_BYTES:
@@ -233,7 +268,7 @@ class Notices:
         """Receive the arrivals that have come (each a peer's latest)."""
         st, buf = MPI.Status(), np.empty(2, np.int64)
         with self.t.lock:
-            while self.comm.Iprobe(MPI.ANY_SOURCE, self.arrival_tag, st):
+            while _iprobe_any(self.comm, self.arrival_tag, st):
                 src = st.Get_source()
                 if st.Get_count(MPI.BYTE) != 16:
                     raise CollectiveError(f"corrupt arrival from rank {src}", ranks=[src])
@@ -389,8 +424,10 @@ class MpiEndpoint(Endpoint):
         """The error of a message to or from ``peer`` that MPI failed (``e``):
         in a collective, the notice of a peer that gave up this call or an
         earlier one (it raised, and the memory MPI was reading went as it
-        unwound or left); PeerFailure where ``peer`` has died; else MPI's
-        reason, naming ``peer``."""
+        unwound or left); PeerFailure where ``peer`` has died (on this host,
+        its process is gone; elsewhere, MPI says so: MPI_ERR_PROC_FAILED, as
+        Open MPI's fault-tolerant mode does); else MPI's reason, naming
+        ``peer``."""
         for _ in range(50):  # a peer that is dying may take a moment to be gone
             if self.coll:
                 try:
@@ -399,7 +436,7 @@ class MpiEndpoint(Endpoint):
                     return told
                 except MPI.Exception:
                     pass
-            if self.t.liveness.dead([peer]):
+            if self.t.liveness.dead([peer]) or _proc_failed(e):
                 return PeerFailure(f"rank(s) [{peer}] died during {self.what}", ranks=[peer])
             time.sleep(0.01)
         return CollectiveError(f"message from rank {peer} failed: {mpi_reason(e)}",

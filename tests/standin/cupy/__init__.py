@@ -16,7 +16,8 @@ killed before it freed them (a job stopped at its time limit) leaves them
 behind, and pids are reused: so the stand-in removes, when imported, the
 files named after its own pid, which can only be a dead process's.
 
-Environment (the rank is MPICH's ``PMI_RANK``):
+Environment (the rank is the launcher's: MPICH's ``PMI_RANK``, Open MPI's
+``OMPI_COMM_WORLD_RANK``):
 
 * ``STANDIN_CUPY_FAIL=CALL:RANK[,CALL:RANK...]``: ``runtime.CALL`` (or
   ``Stream``) raises ``CUDARuntimeError`` on rank RANK, to test set-up
@@ -38,7 +39,7 @@ import numpy as np
 
 uint8 = np.uint8
 _PREFIX = "standin-cuda-"
-_RANK = os.environ.get("PMI_RANK", "0")
+_RANK = os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK", "0")
 _FAIL = {c for c, _, r in (f.partition(":") for f in
                            os.environ.get("STANDIN_CUPY_FAIL", "").split(",")) if r == _RANK}
 _DEVICES = int(os.environ.get("STANDIN_CUPY_DEVICES") or 1)
