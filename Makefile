@@ -71,10 +71,11 @@ benchmark-micro: venv
 	$(PY) -m pytest bench/micro --benchmark-only
 
 # the suite's conformance, mismatch, fault, host and cluster parts over Open
-# MPI (.ci/run; make test MPI=openmpi runs the whole suite there)
-OPENMPI_TESTS := tests/test_conformance.py tests/test_mismatch.py tests/test_variable.py \
-	tests/test_errors.py tests/test_faults.py tests/test_hosts.py tests/test_hosts_faults.py \
-	tests/test_regions.py tests/test_usability.py
+# MPI (.ci/run; make test MPI=openmpi runs the whole suite there; docs/mpi.md
+# says what of it fails)
+OPENMPI_TESTS := tests/test_conformance.py tests/test_mismatch.py tests/test_errors.py \
+	tests/test_faults.py tests/test_hosts.py tests/test_hosts_faults.py tests/test_regions.py \
+	tests/test_usability.py
 test-openmpi:
 	$(MAKE) test MPI=openmpi TESTS="$(OPENMPI_TESTS)"
 	$(MAKE) test-cluster MPI=openmpi
