@@ -8,7 +8,7 @@ import tempfile
 import pytest
 
 from conformance import COMMS
-from launch import ROOT, run_mpi
+from launch import ROOT, drop_mpi_files, mpi_files, run_mpi
 
 WORLD_SIZES = list(range(1, 9))
 TRANSPORTS = ["shm", "mpi"]
@@ -34,6 +34,15 @@ VARIANT_FAMILIES = {NO_ONE_COPY: ["default", "all_gather"]}
 # comma-separated families: each job runs only these (make mutants uses it to
 # check one family quickly; unset, every family)
 FAMILIES_ENV = "CONFORMANCE_FAMILIES"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mpi_library_files():
+    """The files the MPI library leaves in /dev/shm for ranks killed by the
+    tests (MPICH's mpich_shm_*, Open MPI's sm_segment.*) go at the end."""
+    before = mpi_files()
+    yield
+    drop_mpi_files(before)
 
 
 def standin_env() -> dict:

@@ -44,8 +44,45 @@ def start_mpi(n: int, argv: list[str], launcher: Launcher = LAUNCH,
                             stderr=subprocess.DEVNULL)
 
 
+# the files the MPI libraries themselves leave in /dev/shm when their
+# processes end without MPI_Finalize: MPICH's, Open MPI's sm BTL's
+MPI_FILES = ("mpich_shm_", "sm_segment.")
+
+
+def mpi_files() -> set[str]:
+    """The MPI libraries' own files in /dev/shm (MPI_FILES)."""
+    return set().union(*(shm_files(p) for p in MPI_FILES))
+
+
+def mapped() -> set[str]:
+    """Names of /dev/shm files that some live process maps or holds open."""
+    names = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                names.update(line.rsplit("/", 1)[1].split()[0] for line in f
+                             if "/dev/shm/" in line)
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("/dev/shm/"):
+                    names.add(target[len("/dev/shm/"):].split()[0])
+        except OSError:
+            continue
+    return names
+
+
+def drop_mpi_files(before: set[str]) -> None:
+    """Remove the MPI libraries' files that appeared since ``before`` and
+    that no live process maps (never a running job's)."""
+    for f in mpi_files() - before - mapped():
+        try:
+            os.unlink(os.path.join("/dev/shm", f))
+        except FileNotFoundError:
+            pass
+
+
 def shm_files(prefix: str = "collectives-") -> set[str]:
-    """Our segments in /dev/shm (MPICH's own are ``mpich_shm_*``)."""
+    """Our segments in /dev/shm (the MPI libraries' own: mpi_files)."""
     try:
         return {f for f in os.listdir("/dev/shm") if f.startswith(prefix)}
     except FileNotFoundError:

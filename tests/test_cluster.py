@@ -20,7 +20,7 @@ import pytest
 import cluster as hosts
 from conformance import FAMILIES
 from conftest import check_family
-from launch import shm_files
+from launch import drop_mpi_files, mpi_files, shm_files
 
 if not hosts.ENABLED:
     pytest.skip("make test-cluster runs these (CLUSTER_TESTS=1)", allow_module_level=True)
@@ -38,20 +38,15 @@ TIMEOUT = 3.0  # tests/faults.py's
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
     """The hosts, up for the module; at its end nothing of theirs is left:
-    processes, namespaces, our segments.  MPICH's own files of ranks that
-    left without MPI_Finalize (the fault tests') are removed, as
+    processes, namespaces, our segments.  The MPI library's own files of
+    ranks that left without MPI_Finalize (the fault tests') are removed, as
     test_faults.py's dev_shm does."""
-    from test_faults import _mapped
     hosts.up()
-    ours, mpich = shm_files(), shm_files("mpich_shm_")
+    ours, mpich = shm_files(), mpi_files()
     yield
     left = hosts.processes()
     hosts.down()
-    for f in shm_files("mpich_shm_") - mpich - _mapped():
-        try:
-            os.unlink(os.path.join("/dev/shm", f))
-        except FileNotFoundError:
-            pass
+    drop_mpi_files(mpich)
     assert not left, f"processes left in the hosts: {left}"
     assert not hosts.leftovers(), hosts.leftovers()
     assert not shm_files() - ours, f"left in /dev/shm: {shm_files() - ours}"

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from launch import SURVIVE, run_mpi, shm_files, start_mpi
+from launch import SURVIVE, drop_mpi_files, mpi_files, run_mpi, shm_files, start_mpi
 
 TIMEOUT = 3.0  # faults.TIMEOUT
 SLOW_TIMEOUT = 1.0  # faults.SLOW_TIMEOUT
@@ -19,34 +19,13 @@ SLOW_TIMEOUT = 1.0  # faults.SLOW_TIMEOUT
 @pytest.fixture(autouse=True)
 def dev_shm():
     """Asserts that our segments do not outlive a job, and removes the files
-    that MPICH itself leaves behind when its processes end without
-    MPI_Finalize (they are MPICH's, see README)."""
-    ours, mpich = shm_files(), shm_files("mpich_shm_")
+    that the MPI library itself leaves behind when its processes end
+    without MPI_Finalize (they are MPICH's or Open MPI's, see README)."""
+    ours, mpich = shm_files(), mpi_files()
     yield
     left = shm_files() - ours
-    for f in shm_files("mpich_shm_") - mpich - _mapped():
-        try:  # only files no live process maps: never a starting job's
-            os.unlink(os.path.join("/dev/shm", f))
-        except FileNotFoundError:
-            pass
+    drop_mpi_files(mpich)
     assert not left, f"left in /dev/shm: {left}"
-
-
-def _mapped() -> set[str]:
-    """Names of /dev/shm files that some live process maps or holds open."""
-    names = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                names.update(line.rsplit("/", 1)[1].split()[0] for line in f
-                             if "/dev/shm/" in line)
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith("/dev/shm/"):
-                    names.add(target[len("/dev/shm/"):].split()[0])
-        except OSError:
-            continue
-    return names
 
 
 def results(d: str, n: int, wait: float, victim: int) -> dict:
