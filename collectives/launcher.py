@@ -120,10 +120,11 @@ def default(keep_going: bool = False) -> Launcher:
         return Launcher(path)
     if kind_of(path) == "openmpi":
         return Launcher(path, "openmpi", keep_going=True)
-    gforker = os.environ.get("GFORKER") or str(Path(path).with_name("mpiexec.gforker"))
-    if not os.environ.get("GFORKER") and not Path(gforker).exists():
-        gforker = find("mpiexec.gforker", "GFORKER")
-    return Launcher(gforker, "mpich")
+    beside = Path(path).with_name("mpiexec.gforker")
+    given = os.environ.get("GFORKER")
+    if given or beside.exists():
+        return Launcher(given or str(beside), "mpich")
+    return Launcher(find("mpiexec.gforker", "GFORKER"), "mpich")
 
 
 if __name__ == "__main__":
