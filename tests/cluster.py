@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 
 from launch import LAUNCH, MPIEXEC, ROOT, mpi_env
 
@@ -83,9 +84,19 @@ def run(spec: str, argv: list[str], timeout: float = 300, **extra: str
 
 
 def start(spec: str, argv: list[str], cleanup: bool = True, **extra: str) -> subprocess.Popen:
-    """Start ``python argv...`` on the ranks of ``spec`` without waiting."""
-    return subprocess.Popen(command(spec, argv, cleanup), cwd=ROOT, env=env(**extra),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Start ``python argv...`` on the ranks of ``spec`` without waiting; the
+    launcher's output goes to a file (``said(p)``)."""
+    out = tempfile.TemporaryFile()
+    p = subprocess.Popen(command(spec, argv, cleanup), cwd=ROOT, env=env(**extra),
+                         stdout=out, stderr=subprocess.STDOUT)
+    p.output = out
+    return p
+
+
+def said(p: subprocess.Popen, tail: int = 3000) -> str:
+    """The end of what job ``p`` (``start``) printed so far."""
+    p.output.seek(0)
+    return p.output.read().decode("utf-8", "replace")[-tail:]
 
 
 def stop_jobs() -> None:

@@ -36,13 +36,18 @@ VARIANT_FAMILIES = {NO_ONE_COPY: ["default", "all_gather"]}
 FAMILIES_ENV = "CONFORMANCE_FAMILIES"
 
 
+# taken before any test module is collected: one that imports mpi4py's MPI
+# initializes MPI in this process
+_MPI_FILES_BEFORE = mpi_files()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def mpi_library_files():
     """The files the MPI library leaves in /dev/shm for ranks killed by the
-    tests (MPICH's mpich_shm_*, Open MPI's sm_segment.*) go at the end."""
-    before = mpi_files()
+    tests (MPICH's mpich_shm_*, Open MPI's sm_segment.*) go at the end, as
+    does the one of this process's own MPI_Init under Open MPI."""
     yield
-    drop_mpi_files(before)
+    drop_mpi_files(_MPI_FILES_BEFORE, own=True)
 
 
 def standin_env() -> dict:

@@ -54,10 +54,13 @@ def mpi_files() -> set[str]:
     return set().union(*(shm_files(p) for p in MPI_FILES))
 
 
-def mapped() -> set[str]:
-    """Names of /dev/shm files that some live process maps or holds open."""
+def mapped(but: int | None = None) -> set[str]:
+    """Names of /dev/shm files that some live process (other than ``but``)
+    maps or holds open."""
     names = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
+        if pid == str(but):
+            continue
         try:
             with open(f"/proc/{pid}/maps") as f:
                 names.update(line.rsplit("/", 1)[1].split()[0] for line in f
@@ -71,10 +74,12 @@ def mapped() -> set[str]:
     return names
 
 
-def drop_mpi_files(before: set[str]) -> None:
+def drop_mpi_files(before: set[str], own: bool = False) -> None:
     """Remove the MPI libraries' files that appeared since ``before`` and
-    that no live process maps (never a running job's)."""
-    for f in mpi_files() - before - mapped():
+    that no live process maps (never a running job's); ``own``: also those
+    this process alone maps (Open MPI's singleton MPI_Init, in the test
+    process itself, never removes its sm_segment file)."""
+    for f in mpi_files() - before - mapped(os.getpid() if own else None):
         try:
             os.unlink(os.path.join("/dev/shm", f))
         except FileNotFoundError:

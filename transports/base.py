@@ -364,10 +364,10 @@ class Deadline:
             return
         self.next_check = now + self.CHECK_EVERY
         dead = liveness.dead(peers())
+        if watch is not None:
+            watch()  # a peer that gave up, then ended, said why first
         if dead:
             raise PeerFailure(f"rank(s) {dead} died during {what}", ranks=dead)
-        if watch is not None:
-            watch()
         if not self.warned and now - self.started >= STALL_WARN:
             self.warned = True  # once per wait
             who = "this rank" if self.rank is None else f"rank {self.rank}"

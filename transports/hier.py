@@ -25,7 +25,7 @@ from typing import Iterable
 import numpy as np
 
 from .base import Capabilities, Endpoint, Reducer, Request, Transport
-from .errors import renumber
+from .errors import CollectiveError, renumber
 from .hosts import Hosts
 from .mpi import MpiTransport
 from .shm import ShmTransport
@@ -147,6 +147,13 @@ class HierTransport(Transport):
             self.close()
             raise
         self.liveness = self.flat.liveness
+
+        def told_here(seq: int) -> None:
+            try:
+                self.local.seg.told(seq)
+            except CollectiveError as e:
+                raise renumber(e, mine, hosts.host_of, hosts.names)
+        self.flat.told_here = self.cross.told_here = told_here
         # each part's ranks as the whole communicator numbers them, for errors
         for part, world in ((self.local, mine), (self.cross, ranks)):
             part.coll.world, part.coll.world_hosts = tuple(world), (hosts.host_of, hosts.names)
@@ -184,8 +191,10 @@ class HierTransport(Transport):
         renumber(e, range(self.size), self.hosts.host_of, self.hosts.names)
 
     def notify(self, seq: int, text: str, skip=()) -> None:
-        self.flat.notify(seq, text, skip)
+        # the segment first: there the word is written at once, while MPI
+        # delivers a notice only as the ranks progress
         self.local.notify(seq, text)
+        self.flat.notify(seq, text, skip)
 
     def close(self) -> None:
         # cross shares flat's notices: flat frees them (a second free is a no-op)

@@ -66,6 +66,23 @@ _PROC_FAILED = {getattr(MPI, n) for n in ("ERR_PROC_FAILED", "ERR_PROC_FAILED_PE
                 if hasattr(MPI, n)}
 
 
+def failed_ranks(comm) -> set[int]:
+    """The ranks of ``comm`` that MPI knows have failed (MPI 5's
+    MPI_Comm_get_failed: Open MPI's ``--with-ft ulfm`` fills it in; elsewhere
+    it is empty).  A send to such a rank can stall in MPI_Isend."""
+    try:
+        g = comm.Get_failed()
+    except (AttributeError, NotImplementedError, MPI.Exception):
+        return set()
+    mine = comm.Get_group()
+    try:
+        return {r for r in MPI.Group.Translate_ranks(g, list(range(g.Get_size())), mine)
+                if r != MPI.UNDEFINED}
+    finally:
+        g.Free()
+        mine.Free()
+
+
 # receives that _drain gave up on, and sends a failed call left behind, with
 # the buffers MPI may still fill or read
 _ABANDONED: list = []
@@ -139,6 +156,11 @@ class MpiTransport(Transport):
     # seconds a wait that times out on live ranks of this host waits more
     # for their notice (hier's flat part: transports/hier.py)
     grace = 0.0
+    # told_here(seq): raises the word of a rank of this host that gave up
+    # collective seq, where it reaches this host's ranks by another way than
+    # the notices (hier: its shared-memory part); a rank that gives up and
+    # ends can go before MPI has delivered its notice
+    told_here = None
 
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
@@ -216,6 +238,7 @@ class Notices:
         peers = [p for p in range(self.t.size) if p != self.t.rank and p not in skip]
         gone = set(self.t.liveness.dead(peers))  # on this machine, by process id
         with self.t.lock:
+            gone |= failed_ranks(self.comm)  # on any host, where MPI tells
             for p in peers:
                 if p not in gone:
                     self.sent.append((self.comm.Isend([buf, MPI.BYTE], p, self.tag), buf))
@@ -432,6 +455,8 @@ class MpiEndpoint(Endpoint):
             if self.coll:
                 try:
                     self.t.notices.check(self.tag)
+                    if self.t.told_here is not None:
+                        self.t.told_here(self.tag)
                 except CollectiveError as told:
                     return told
                 except MPI.Exception:

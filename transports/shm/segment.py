@@ -273,19 +273,25 @@ class Segment:
         for p in self.others:
             self.ring(p)
 
-    def watch(self, seq: int) -> None:
-        """Raise what a peer's rank block says about collective ``seq``: its
-        note, where it gave up this call or an earlier one; ``mismatched``,
-        where it has entered this call with another call size than this
-        rank's (as published: debug mode publishes UNCHECKED everywhere)."""
+    def told(self, seq: int) -> None:
+        """Raise the note of a peer that gave up collective ``seq`` or an
+        earlier one (its rank block's)."""
         q = self.q64
-        mine = q[self.board[self.rank][1]]
         for p in self.others:
             f = q[self.failed[p]]
             if 0 < f <= seq:
                 n = max(0, min(q[self.layout.i64(p, NOTE_LEN)], NOTE_BYTES))
                 at = self.layout.note(p)
                 raise peer_notice(p, bytes(self.mem[at:at + n]).decode("utf-8", "replace"))
+
+    def watch(self, seq: int) -> None:
+        """Raise what a peer's rank block says about collective ``seq``: its
+        note (``told``); ``mismatched``, where it has entered this call with
+        another call size than this rank's (as published: debug mode
+        publishes UNCHECKED everywhere)."""
+        self.told(seq)
+        q = self.q64
+        mine = q[self.board[self.rank][1]]
         for p in self.others:
             a, k = self.board[p]
             if q[a] != seq:
