@@ -116,12 +116,13 @@ def _start(spec: str, argv: list[str], d: str, n: int, until):
     up to 60 s until each of its n ranks' reports satisfies ``until``; the job
     and the reports.  A launch that ended before any rank started, saying
     LAUNCH_FAILED, is tried once more."""
-    for attempt in (1, 2):
+    p = hosts.start(spec, argv, cleanup=False)
+    started = _reports(d, n, wait=60, until=until)
+    if not started and p.poll() is not None and LAUNCH_FAILED in hosts.said(p):
+        hosts.stop_jobs()
         p = hosts.start(spec, argv, cleanup=False)
         started = _reports(d, n, wait=60, until=until)
-        if started or p.poll() is None or LAUNCH_FAILED not in hosts.said(p) or attempt == 2:
-            return p, started
-        hosts.stop_jobs()
+    return p, started
 
 
 def _gone(pids: list[int], wait: float) -> list[int]:
