@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from transports.copy import address as _host_address
+
 
 def is_device(a) -> bool:
     """Whether ``a`` is a CuPy array (CuPy is looked at only if already imported)."""
@@ -30,7 +32,7 @@ def empty(shape, like):
 def address(a) -> int:
     """The address of ``a``'s first element (host or device)."""
     if isinstance(a, np.ndarray):
-        return a.__array_interface__["data"][0]
+        return _host_address(a)
     return a.data.ptr
 
 

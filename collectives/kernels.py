@@ -41,6 +41,7 @@ from typing import Sequence, Union
 import numpy as np
 
 from . import streaming
+from .arrays import address
 from .dtypes import is_bfloat16, is_half, is_inexact, supported
 
 try:
@@ -204,7 +205,7 @@ def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], op: Op = "sum", *
 def _check_overlap(out: np.ndarray, inputs: Sequence[np.ndarray]) -> None:
     for j, x in enumerate(inputs):
         if np.may_share_memory(out, x) and (
-                out.__array_interface__["data"][0] != x.__array_interface__["data"][0]):
+                address(out) != address(x)):
             raise ValueError(f"reduce_into: out overlaps inputs[{j}] without being the same memory")
 
 

@@ -227,7 +227,23 @@ done:
 }
 #endif
 
+/* address(a): the address of the first element of a numpy array (or of any
+ * object with the buffer protocol), without the dict that
+ * a.__array_interface__ builds.  Neither a format nor writability is asked
+ * for, so that every dtype (bfloat16's too) and read-only arrays answer. */
+static PyObject *address(PyObject *self, PyObject *obj)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_STRIDES) < 0)
+        return NULL;
+    void *p = view.buf;
+    PyBuffer_Release(&view);
+    return PyLong_FromVoidPtr(p);
+}
+
 static PyMethodDef methods[] = {
+    {"address", address, METH_O,
+     "address(a): the address of the first element of a (the buffer protocol)"},
     {"stream_copy", stream_copy, METH_VARARGS,
      "stream_copy(dst, src, nbytes): a copy between two addresses with streaming stores"},
 #ifdef EXCHANGE_REDUCE

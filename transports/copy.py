@@ -1,4 +1,4 @@
-"""The library's one compiled copy: streaming (non-temporal) stores.
+"""The library's compiled helpers: the streaming copy, and an array's address.
 
 A plain copy into memory that is not cached reads every destination line
 in before it overwrites it; a streaming store writes the line without
@@ -10,6 +10,11 @@ large outputs (collectives/streaming.py) both call ``stream_copy`` from
 here.  The routine is the C extension ``transports._native``; without it
 (no compiler at install time) ``available`` is false and ``stream_copy``
 is ``np.copyto``.
+
+``address(a)`` is where a numpy array's first element lies: one compiled
+call (the buffer protocol) where ``a.__array_interface__`` or
+``a.ctypes.data`` build Python objects for 1-2 us, which every one-copy
+call would pay several times over.
 """
 from __future__ import annotations
 
@@ -21,6 +26,14 @@ except ImportError:  # not built: plain copies
     _native = None
 
 available = _native is not None
+
+
+
+def _interface_address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+address = _native.address if _native is not None else _interface_address
 
 MIN_BYTES = 4096  # smaller copies go to numpy: the call would cost more than it saves
 
@@ -35,7 +48,7 @@ def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
             or np.may_share_memory(dst, src)):
         np.copyto(dst, src)
         return
-    _native.stream_copy(dst.ctypes.data, src.ctypes.data, dst.nbytes)
+    _native.stream_copy(address(dst), address(src), dst.nbytes)
 
 
 __all__ = ["available", "stream_copy"]

@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from .. import _wire
+from ..copy import address
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -51,12 +52,12 @@ def _move(call, what: str, pid: int, addr: int, local_base: int, n: int) -> None
 
 def read(pid: int, addr: int, dest: np.ndarray) -> None:
     """Fill ``dest`` (contiguous bytes) from ``dest.nbytes`` bytes at ``addr`` in ``pid``."""
-    _move(_readv, "process_vm_readv", pid, addr, dest.ctypes.data, dest.nbytes)
+    _move(_readv, "process_vm_readv", pid, addr, address(dest), dest.nbytes)
 
 
 def write(pid: int, addr: int, src: np.ndarray) -> None:
     """Copy ``src`` (contiguous bytes) to ``addr`` in ``pid``."""
-    _move(_writev, "process_vm_writev", pid, addr, src.ctypes.data, src.nbytes)
+    _move(_writev, "process_vm_writev", pid, addr, address(src), src.nbytes)
 
 
 def works_between(mpicomm) -> bool:

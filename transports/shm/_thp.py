@@ -21,6 +21,8 @@ import os
 
 import numpy as np
 
+from ..copy import address
+
 # _IOWR('f', 16, struct pm_scan_arg), the struct being 12 u64 (linux/fs.h)
 PAGEMAP_SCAN = (3 << 30) | (96 << 16) | (ord("f") << 8) | 16
 PAGE_IS_HUGE = 1 << 6  # the page is THP or hugetlb backed
@@ -85,4 +87,4 @@ def huge_share(buf: np.ndarray | None) -> float:
     """The share of ``buf``'s bytes (a contiguous array) that huge pages back."""
     if buf is None or not buf.nbytes:
         return 0.0
-    return huge_bytes(buf.ctypes.data, buf.nbytes) / buf.nbytes
+    return huge_bytes(address(buf), buf.nbytes) / buf.nbytes

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from ..base import Liveness, as_bytes
+from ..copy import address
 from ..errors import CollectiveError, PeerFailure, mismatched
 from . import _cma, _thp
 from .regions import Regions
@@ -67,7 +68,7 @@ class OneCopy:
         seg, q, tag, key = self.seg, self.seg.q64, ep.tag, ep.call_bytes
         self.seq = k = self.seq + 1
         w = self.mine
-        q[w + D_ADDR] = 0 if buf is None or not buf.nbytes else buf.ctypes.data
+        q[w + D_ADDR] = 0 if buf is None or not buf.nbytes else address(buf)
         q[w + D_BYTES] = 0 if buf is None else buf.nbytes
         q[w + D_HUGE] = int(1000 * _thp.huge_share(buf)) if huge else 0
         q[w + D_CALL] = tag

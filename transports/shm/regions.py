@@ -38,6 +38,7 @@ import weakref
 import numpy as np
 
 from .. import _wire
+from ..copy import address as _address
 from ..errors import CollectiveError
 from .segment import PAGE, SHM_DIR, SHM_PREFIX, create
 
@@ -162,10 +163,6 @@ def _freed(flag: np.ndarray, mine: dict, addr: int) -> None:
     """The owner's array is gone: mark its region freed for the peers."""
     flag[FREED] = 1
     mine.pop(addr, None)
-
-
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
 
 
 def _open(name: str, size: int) -> int:

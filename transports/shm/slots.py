@@ -27,6 +27,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..base import UNCHECKED, Deadline, Endpoint, Liveness, Reducer, Request, as_bytes
+from ..copy import address
 from ..errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, stray
 from .exchange import Exchange
 from .messages import Recv, Send, Unexpected
@@ -174,7 +175,7 @@ class ShmEndpoint(Endpoint):
             s = q[0]
             k = head & (ch.nslots - 1)
             if s.rndv:
-                ch.data[k][:RNDV_BYTES].view(np.int64)[:] = (os.getpid(), s.data.ctypes.data)
+                ch.data[k][:RNDV_BYTES].view(np.int64)[:] = (os.getpid(), address(s.data))
                 ch.hdr[k][:] = (s.tag, s.data.nbytes, 0, RNDV_BYTES, RENDEZVOUS, s.call_bytes)
             elif s.external:  # the subclass places the chunk; the slot holds its header
                 n = self.fill_external(peer, k, s)
