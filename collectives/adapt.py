@@ -26,7 +26,8 @@ cost and moves to another algorithm when that one is clearly faster:
 - After each try the ranks agree on the facts: one small all-reduce (max)
   of the timed calls' clock readings and of the array kinds.  Each run of
   calls of one algorithm (the current one's calls before a try, a try's
-  timed calls) gives one figure: where every rank reads one clock (one
+  timed calls; an untimed call between two ends a run) gives one figure:
+  where every rank reads one clock (one
   machine), the time from the last rank's start of the first call to the
   last rank's end of the last, per call, which counts what ranks that run
   ahead into the next call cost the others; else the mean of the longest
@@ -62,7 +63,7 @@ DETERMINISTIC_ENV = "COLLECTIVES_DETERMINISTIC"
 MARGIN = 0.10        # another algorithm must be this much faster to take over
 BUDGET = 0.005       # of the calls' time spent trying slower algorithms
 MIN_INTERVAL = 32    # calls per try, at least, all the other algorithms together
-MAX_INTERVAL = 2048  # and at most
+MAX_INTERVAL = 1 << 16  # and at most
 KEEP = 16            # calls' times shared at an agreement, at most
 TRIES = 3            # an algorithm's estimate: the median of its last tries
 RUNS = 9             # the current one's: the median of its last calls
@@ -216,7 +217,8 @@ class _Class:
         self.count = 0
         self.form: Optional[int] = None  # the form the ranks last agreed on
         self.lo, self.hi = _NONE   # this rank's form codes since the last agreement
-        # (arm, algorithm, start, end) of the calls since the last agreement
+        # (arm, algorithm, call count, start, end) of the timed calls since
+        # the last agreement
         self.recent: collections.deque = collections.deque(maxlen=KEEP)
         self.arms: dict[str, _Arm] = {}
         self.next_agree = 0
@@ -309,8 +311,13 @@ class Chooser:
                 self.history.append((call, name))
             family.run(name, ep, *args)
             return name
-        cls = self._class(call, nbytes)
-        cls.note(form)
+        cls = self.classes.get((call, int(nbytes).bit_length()))
+        if cls is None:
+            cls = self._class(call, nbytes)
+        if form < cls.lo:  # the forms since the last agreement (_Class.note)
+            cls.lo = form
+        if form > cls.hi:
+            cls.hi = form
         if cls.form is None:
             self._agree(cls, ep, agree)
         arm = cls.arms.get(cls.form)
@@ -333,7 +340,7 @@ class Chooser:
         t0 = clock()
         family.run(name, ep, *args)
         if what != WARM:
-            cls.recent.append((arm, name, t0, clock()))
+            cls.recent.append((arm, name, count, t0, clock()))
         if what == TRY:
             self._agree(cls, ep, agree)
             arm.decide(cls.count, cls.agree_s)
@@ -374,11 +381,11 @@ class Chooser:
         m = len(recent)
         if self.one_clock:
             vec = np.empty(3 + 2 * m, np.float64)
-            vec[3:3 + m] = [t0 for _, _, t0, _ in recent]
-            vec[3 + m:] = [t1 for _, _, _, t1 in recent]
+            vec[3:3 + m] = [r[3] for r in recent]
+            vec[3 + m:] = [r[4] for r in recent]
         else:
             vec = np.empty(3 + m, np.float64)
-            vec[3:] = [t1 - t0 for _, _, t0, t1 in recent]
+            vec[3:] = [r[4] - r[3] for r in recent]
         vec[0], vec[1], vec[2] = -cls.lo, cls.hi, cls.last_agree_s
         start = time.perf_counter()
         agree(ep, vec)
@@ -392,13 +399,14 @@ class Chooser:
             starts, ends = np.zeros(m), np.cumsum(vec[3:])  # durations back to back
         i = 0
         while i < m:  # each run of consecutive calls of one algorithm: one figure
-            arm, name = recent[i][0], recent[i][1]
+            arm, name, count = recent[i][0], recent[i][1], recent[i][2]
             if name in arm.cold:  # its first call: warming up, not kept
                 arm.cold.discard(name)
                 i += 1
                 continue
             j = i
-            while j + 1 < m and recent[j + 1][0] is arm and recent[j + 1][1] == name:
+            while j + 1 < m and recent[j + 1][0] is arm and recent[j + 1][1] == name \
+                    and recent[j + 1][2] == count + (j + 1 - i):  # no untimed call between
                 j += 1
             first = starts[i] if self.one_clock else (ends[i - 1] if i else 0.0)
             arm.times[name].append(float(ends[j] - first) / (j - i + 1))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -62,6 +63,9 @@ def init(transport: str = "auto", timeout: float | None = None,
     return Communicator(mpicomm, t, debug, tuned, warn=True)
 
 
+KINDS_KEPT = 16  # arrays whose kind a communicator remembers (Communicator._kind)
+
+
 class Communicator(HostsInfo):
     """A group of ranks and every collective and point-to-point call among them.
 
@@ -101,6 +105,10 @@ class Communicator(HostsInfo):
         self._choose = Chooser(where, self._tables, fits, runtime.adapting(fits),
                                one_clock=all(hosts.local))
         self._uncounted = Traffic()  # the agreements of adaptation (adapt.py)
+        # id(array) -> (a weak reference to it, its kind): the kinds of the
+        # arrays the default was last asked about (an array's kind is fixed
+        # while it lives; finding it costs a walk of the regions)
+        self._kinds: dict = {}
         # all_reduce of up to this many bytes skips the scheduling (see there)
         self._small = selection.SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
             else 0
@@ -201,15 +209,27 @@ class Communicator(HostsInfo):
         return lambda ep, *args: bar.run(meet, ep)
 
     def _kind(self, a) -> str:
-        """The array kind of ``a`` (selection.KINDS)."""
+        """The array kind of ``a`` (selection.KINDS), remembered for the
+        last few arrays (by a weak reference: a remembered array may go)."""
         if a is None:
             return "plain"
+        kinds = self._kinds
+        seen = kinds.get(id(a))
+        if seen is not None and seen[0]() is a:
+            return seen[1]
         if self._on_device(a):
-            return "device"
-        regions = self._t.regions
-        if regions is not None and regions.locate(a) is not None:
-            return "allocated"
-        return "plain"
+            kind = "device"
+        else:
+            regions = self._t.regions
+            kind = "allocated" if regions is not None and regions.locate(a) is not None \
+                else "plain"
+        if len(kinds) >= KINDS_KEPT:
+            kinds.clear()
+        try:
+            kinds[id(a)] = (weakref.ref(a), kind)
+        except TypeError:  # an array type without weak references: not kept
+            pass
+        return kind
 
     def _agree(self, ep, vec: np.ndarray) -> None:
         """The all-reduce (max, in place) by which adaptation's ranks agree

@@ -245,3 +245,27 @@ def test_choice_copies_and_pickles():
     for d in (copy.deepcopy(c), pickle.loads(pickle.dumps(c))):
         assert d == "ring" and d.source == "tuning" and d.why == "why"
     assert json.dumps({"a": c}) == '{"a": "ring"}'
+
+
+@pytest.mark.parametrize("one_clock", [True, False])
+def test_a_figure_spans_only_consecutive_timed_calls(monkeypatch, one_clock):
+    """Every call costs one tick; whatever calls the chooser leaves untimed
+    between two timed ones, each figure it keeps is one tick a call (a run
+    that spanned the untimed calls would count their time too)."""
+    now = [0.0]
+
+    class Family:
+        def run(self, name, ep, *args):
+            now[0] += 1.0
+
+    monkeypatch.setitem(FAMILIES, "broadcast", Family())
+    where = selection.Where(2, True, True, False, True, 2)
+    algs = ["direct", "binomial", "one_copy"]
+    ch = adapt.Chooser(where, {"broadcast": algs}, None, True, one_clock=one_clock,
+                       clock=lambda: now[0])
+    for _ in range(5000):
+        ch.run("broadcast", 1 << 20, "allocated", False, None, (), lambda ep, vec: None)
+    arm = next(iter(ch.classes["broadcast", 21].arms.values()))
+    figures = [t for a in algs for t in arm.times[a]]
+    assert len(figures) >= 3 * 2 and all(t == pytest.approx(1.0) for t in figures), figures
+    assert arm.next_at - adapt.WATCH > 100  # calls were left untimed between tries
