@@ -14,8 +14,8 @@ cost and moves to another algorithm when that one is clearly faster:
   in-place all_to_all and an out-of-place one favour different algorithms).
 - The current algorithm runs its first ``FIRST_RUNS`` calls (the first
   warms it up); then every other offered algorithm is tried
-  ``FIRST_TRIES`` times, a try being ``BURST`` calls in a row of which the
-  last is timed (in the state its own calls leave).  After that each other algorithm
+  ``FIRST_TRIES`` times, a try being ``BURST`` calls in a row of which all
+  but the first ``WARMS`` are timed (in the state its own calls leave).  After that each other algorithm
   is tried again now and then: the closer it came to the current one, the
   sooner (a close one every ``MIN_INTERVAL`` calls times the number of
   others, or more where an agreement would otherwise cost over
@@ -71,7 +71,8 @@ FIRST_RUNS = 4       # calls of the first choice before the first try (one warms
 FIRST_TRIES = 2      # timed tries of every other algorithm after its warm-up call
 CHECK_BACK = 4       # calls after a switch before the old choice is tried again
 WATCH = 8            # calls of the current one timed before each try
-BURST = 3            # calls of a try in a row (the first warms it up, untimed)
+BURST = 3            # calls of a try in a row, of which
+WARMS = 1            # the first ones warm it up, untimed
 RUN, WARM, TIMED, TRY = 0, 1, 2, 3  # what a call is (_Arm.pick)
 AGREE_SHARE = 0.003  # of the calls' time spent agreeing, at most (tries spaced out)
 AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
@@ -132,15 +133,15 @@ class _Arm:
 
     def pick(self, count: int) -> tuple[str, int]:
         """The algorithm call ``count`` runs, and what it is: RUN (the current
-        one), WARM (a try's first call, untimed), TIMED (a try's next ones)
+        one), WARM (a try's first WARMS calls, untimed), TIMED (its next ones)
         or TRY (a try's last, after which the ranks agree and ``decide`` puts
         it back on the schedule).  A try is BURST calls in a row, so that it is timed in the
         state its own calls leave (caches, pages), not the current one's.
         The current algorithm's first FIRST_RUNS calls come before any try."""
         if self.burst is not None:
-            a, left = self.burst
-            self.burst = (a, left - 1) if left > 1 else None
-            return a, (TIMED if left > 1 else TRY)
+            a, i = self.burst
+            self.burst = (a, i + 1) if i + 1 < BURST else None
+            return a, (WARM if i < WARMS else TIMED if i + 1 < BURST else TRY)
         if self.fresh < FIRST_RUNS:
             self.fresh += 1
             return self.name, RUN
@@ -149,10 +150,8 @@ class _Arm:
                 a = min(self.due, key=lambda x: (self.due[x], x))
                 if self.due[a] <= count:
                     del self.due[a]
-                    if BURST > 1:
-                        self.burst = (a, BURST - 1)
-                        return a, WARM
-                    return a, TRY
+                    self.burst = (a, 1)
+                    return a, WARM
                 self.next_at = self.due[a]
             else:
                 self.next_at = 1 << 62

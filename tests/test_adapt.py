@@ -210,7 +210,8 @@ def test_arm_switches_only_on_clearly_faster_tries():
     assert arm.current == "a" and arm.due["b"] == 10  # b's second try, at once
     assert arm.due["c"] >= 10 + adapt.MIN_INTERVAL  # within the margin: later
     assert [arm.pick(10 + i) for i in range(adapt.BURST)] == \
-        [("b", adapt.WARM)] + [("b", adapt.TIMED)] * (adapt.BURST - 2) + [("b", adapt.TRY)]
+        [("b", adapt.WARM)] * adapt.WARMS + [("b", adapt.TIMED)] * (adapt.BURST - adapt.WARMS - 1) \
+        + [("b", adapt.TRY)]
     arm.times["b"].append(0.5)
     arm.decide(13)
     assert arm.current == "b" and arm.current.source == "adapted"
@@ -224,7 +225,7 @@ def test_arm_switches_only_on_clearly_faster_tries():
 
 def test_arm_first_calls_then_every_algorithm_twice():
     """A new arm runs its first choice FIRST_RUNS times, then tries each other
-    algorithm, a try being BURST calls in a row (the first untimed)."""
+    algorithm, a try being BURST calls in a row (the first WARMS untimed)."""
     arm = adapt._Arm(adapt.Choice("a", "table"), ["b", "c"], 0)
     assert [arm.pick(i) for i in range(adapt.FIRST_RUNS)] == [("a", adapt.RUN)] * adapt.FIRST_RUNS
     assert arm.pick(adapt.FIRST_RUNS) == ("b", adapt.WARM)

@@ -316,6 +316,14 @@ def test_summary_defaults():
     assert "| all_reduce | 1 MiB | direct (table) | 1.20 | 1.50 | two_shot | 1.25 | 2 |" \
         in tables[1], md
     assert "4 MiB" not in md and "16 MiB" not in md, md
+    # the closing line: the cells within the bound (1.15 at N = 2), and where
+    # one of ours beats MPI and the default does not
+    assert "within 1.15: 1 of 1; one of ours beats MPI and the default does not: 0" \
+        in tables[0], md
+    assert "median 1.20, max 1.20; within 1.15: 0 of 1 (not: all_reduce 1 MiB)" in tables[1], md
+    slow = summary.defaults([job(1.1, 0.9)], None)
+    assert "within 1.15: 1 of 1; one of ours beats MPI and the default does not: 1 " \
+        "(all_reduce 1 MiB)" in slow, slow
     assert "no size" in summary.defaults([[{**job(1, 1)[0], "rows": [
         row(1 << 20, "ring", 1.0, 1.0)]}]], None)
 
