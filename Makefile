@@ -70,13 +70,12 @@ bench-hosts: venv
 benchmark-micro: venv
 	$(PY) -m pytest bench/micro --benchmark-only
 
-# the suite's conformance, mismatch, fault, host and cluster parts over Open
-# MPI (.ci/run; make test MPI=openmpi runs the whole suite there; docs/mpi.md
-# says what of it fails)
+# the suite's conformance, mismatch, variable-count, fault, host and cluster
+# parts over Open MPI (.ci/run; make test MPI=openmpi runs the whole suite
+# there; docs/mpi.md says what of it fails)
 OPENMPI_TESTS := tests/test_conformance.py tests/test_mismatch.py tests/test_errors.py \
 	tests/test_faults.py tests/test_hosts.py tests/test_hosts_faults.py tests/test_regions.py \
-	tests/test_usability.py \
-	--deselect tests/test_mismatch.py::test_every_rank_learns_of_a_failure_fast
+	tests/test_usability.py tests/test_variable.py
 test-openmpi:
 	$(MAKE) test MPI=openmpi TESTS="$(OPENMPI_TESTS)"
 	$(MAKE) test-cluster MPI=openmpi

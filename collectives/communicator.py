@@ -321,6 +321,7 @@ class Communicator(HostsInfo):
                 e.call = e.call or call
                 self._t.name_hosts(e)
             self._broken = e
+            self._t.broken = True
             own = not getattr(e, "relayed", False)
             caps = self._t.caps
             if _news(e) or (own and isinstance(e, PeerFailure) and caps.relays_deaths) or \

@@ -238,6 +238,9 @@ class Transport:
     caps: Capabilities = Capabilities()
     # communicator-allocated arrays (caps.regions): allocate(shape, dtype)
     regions = None
+    # set by the communicator when one of its calls failed here: close() then
+    # keeps what a late message may still reach (transports/mpi.py, _KEPT)
+    broken = False
 
     def __init__(self, rank: int, size: int, timeout: float,
                  pids: Sequence[int], local: Sequence[bool]):

@@ -199,6 +199,7 @@ class HierTransport(Transport):
     def close(self) -> None:
         # cross shares flat's notices: flat frees them (a second free is a no-op)
         for t in reversed(self._parts):
+            t.broken = t.broken or self.broken
             t.close()
         for c in self._comms:
             try:

@@ -86,6 +86,13 @@ def failed_ranks(comm) -> set[int]:
 # receives that _drain gave up on, and sends a failed call left behind, with
 # the buffers MPI may still fill or read
 _ABANDONED: list = []
+# communicators kept, never freed, because a message may still be on its way
+# to them: under Open MPI a message that reaches a rank after it freed the
+# communicator is delivered into the next communicator that gets the same
+# context id, and that communicator's own first message from the same
+# sender then never matches (docs/mpi.md).  A context id held by any of
+# its members is not given to a new communicator.
+_KEPT: list = []
 
 
 def mpi_reason(e: Exception) -> str:
@@ -137,14 +144,18 @@ def _drain(comm, patience: float = 0.2) -> None:
             time.sleep(1e-4)
 
 
-def _free(comm, lock):
-    """Drain and free ``comm`` (collective in MPI: every rank closes); returns
-    COMM_NULL, what the owner keeps instead."""
+def _free(comm, lock, keep: bool = False):
+    """Drain and free ``comm`` (collective in MPI: every rank closes), or with
+    ``keep`` drain it and keep it for good (``_KEPT``); returns COMM_NULL,
+    what the owner holds instead."""
     if comm != MPI.COMM_NULL:
         try:
             with lock:
                 _drain(comm)
-                comm.Free()
+                if keep:
+                    _KEPT.append(comm)
+                else:
+                    comm.Free()
         except MPI.Exception:
             pass
     return MPI.COMM_NULL
@@ -200,8 +211,11 @@ class MpiTransport(Transport):
         return bool(here) and len(self.liveness.dead(here)) < len(here)
 
     def close(self) -> None:
+        # after a failure, or a notice sent, a peer's message (or this rank's)
+        # may still be on its way: the communicators are kept (_KEPT)
+        keep = self.broken or self.notices.told
         for ep in (self.coll, self.p2p, self.notices):
-            ep.free()
+            ep.free(keep)
 
 
 class Notices:
@@ -225,6 +239,7 @@ class Notices:
         self.tag = int(tag[0])
         self.comm = mpicomm.Dup()
         self.sent: list = []  # (request, buffer) of each notice, never waited for
+        self.told = False     # whether this rank sent a notice
         self.heard: dict[int, tuple[int, str]] = {}  # peer -> its first notice
         # arrivals: a collective that waits without progress says once which
         # call it is in and its call key (seq, key), on the next tag
@@ -239,6 +254,7 @@ class Notices:
         gone = set(self.t.liveness.dead(peers))  # on this machine, by process id
         with self.t.lock:
             gone |= failed_ranks(self.comm)  # on any host, where MPI tells
+            self.told = True
             for p in peers:
                 if p not in gone:
                     self.sent.append((self.comm.Isend([buf, MPI.BYTE], p, self.tag), buf))
@@ -304,8 +320,8 @@ class Notices:
             with self.t.lock:
                 self.sent = [(r, b) for r, b in self.sent if not r.Test()]
 
-    def free(self) -> None:
-        self.comm = _free(self.comm, self.t.lock)
+    def free(self, keep: bool = False) -> None:
+        self.comm = _free(self.comm, self.t.lock, keep)
 
 
 class _Req(Request):
@@ -370,9 +386,9 @@ class MpiEndpoint(Endpoint):
         # referenced here until free() settles them
         self.live: set = set()
 
-    def free(self) -> None:
+    def free(self, keep: bool = False) -> None:
         self._settle()
-        self.comm = _free(self.comm, self.t.lock)
+        self.comm = _free(self.comm, self.t.lock, keep)
 
     def _settle(self) -> None:
         """Cancel the receives a failed call left posted, and keep whatever
