@@ -225,7 +225,10 @@ class _Class:
         self.agree_s = 0.0       # the longest rank's, as last agreed
 
     def note(self, form: int) -> None:
-        self.lo, self.hi = min(self.lo, form), max(self.hi, form)
+        if form < self.lo:
+            self.lo = form
+        if form > self.hi:
+            self.hi = form
 
 
 class Chooser:
@@ -310,13 +313,8 @@ class Chooser:
                 self.history.append((call, name))
             family.run(name, ep, *args)
             return name
-        cls = self.classes.get((call, int(nbytes).bit_length()))
-        if cls is None:
-            cls = self._class(call, nbytes)
-        if form < cls.lo:  # the forms since the last agreement (_Class.note)
-            cls.lo = form
-        if form > cls.hi:
-            cls.hi = form
+        cls = self._class(call, nbytes)
+        cls.note(form)
         if cls.form is None:
             self._agree(cls, ep, agree)
         arm = cls.arms.get(cls.form)
@@ -347,7 +345,7 @@ class Chooser:
 
     def _class(self, call: str, nbytes: int) -> _Class:
         """The state of ``call``'s size class of ``nbytes``, made on first use."""
-        key = (call, size_class(nbytes))
+        key = (call, int(nbytes).bit_length())  # size_class, on every call's path
         cls = self.classes.get(key)
         if cls is None:
             cls = self.classes[key] = _Class()
