@@ -205,6 +205,9 @@ MORE: dict[str, tuple[Row, ...]] = {
         Row("linear", "each block moves once"),
     ),
     "all_to_all_v": (
+        Row("one_copy_or_linear", "the ranks' bounds exchanged first, so that every rank "
+            "knows every count: from ALL_TO_ALL_V_READ_TOTAL_BYTES in all, one copy",
+            one_copy=True),
         Row("pairwise", "one peer a step, no contention; sizes differ between ranks, so "
             "the choice cannot depend on them"),
     ),
@@ -243,6 +246,13 @@ HUGE_SHARE = 0.75
 # all_to_all's one_copy_or_staged reads plain arrays with process_vm_readv at
 # N = 2 from N x S of this many bytes (below, direct's half-megabyte rounds)
 ALL_TO_ALL_READ_TOTAL_BYTES = 32 << 20
+# all_to_all_v's one_copy_or_linear reads from the peers' x where the count
+# matrix (every rank's blocks together) holds this many bytes, else linear
+# messages (equal counts, interleaved, adaptation off: one_copy over pairwise
+# at N = 2 x 1 MiB 0.55-0.75 in the slow state, 1.05 in the fast one; 0.4-0.6
+# at 4 MiB, 0.6-0.7 at 16 MiB; N = 4 x 1 MiB 0.9-1.15; from 1.2 to 1.7 below
+# 256 KiB, one exchange round more; performance.md, "Variable counts")
+ALL_TO_ALL_V_READ_TOTAL_BYTES = 2 << 20
 # broadcast's one_copy: root writes (1/N of the buffer) from this size, every
 # peer reads all of it below
 WRITE_FROM_BYTES = 256 * 1024

@@ -20,7 +20,9 @@ Bytes on the wire per rank, with S_i rank i's block, T = sum of S_i
                   to each peer ((N-1) S_rank)
   gather_v        linear, one_copy: root receives T - S_root, rank i sends S_i
   scatter_v       linear, one_copy: root sends T - S_root, rank i receives S_i
-  all_to_all_v    pairwise, linear: every block for another rank sent once
+  all_to_all_v    pairwise, linear, one_copy: every block for another rank
+                  sent once; one_copy (and one_copy_or_linear) first exchange
+                  the bounds, 2(N+1) int64 to and from each peer (not counted)
   reduce_scatter_v  ring: the blocks not its own that each step passes,
                   (N-1) blocks of the ring; linear: rank r sends every block
                   but its own to its owner and receives N-1 copies of block r,
@@ -36,10 +38,10 @@ from typing import Sequence
 
 import numpy as np
 
-from transports import Endpoint
+from transports import CollectiveError, Endpoint
 
 from . import ring as _ring
-from . import streaming
+from . import selection, streaming
 from .algorithm import Algorithm, Family
 from .arrays import address, empty
 from .ops import in_rank_order
@@ -173,6 +175,59 @@ def all_to_all_v_linear(ep: Endpoint, x, out, sb, rb) -> None:
     ep.waitall(reqs)
 
 
+def all_to_all_v_one_copy(ep: Endpoint, x, out, sb, rb) -> None:
+    """The ranks' bounds exchanged (``_matrix``), each rank reads its block
+    of every peer's ``x`` where it lies into its place in ``out``, and
+    copies its own."""
+    _read_blocks(ep, _matrix(ep, sb, rb), x, out, sb, rb)
+
+
+def all_to_all_v_one_copy_or_linear(ep: Endpoint, x, out, sb, rb) -> None:
+    """The ranks' bounds exchanged (``_matrix``): then every rank knows the
+    bytes of the whole count matrix and makes the same choice, ``one_copy``
+    from selection.ALL_TO_ALL_V_READ_TOTAL_BYTES, else ``linear``."""
+    rows = _matrix(ep, sb, rb)
+    n = ep.size
+    if sum(v[n] for v in rows) * x.itemsize >= selection.ALL_TO_ALL_V_READ_TOTAL_BYTES:
+        _read_blocks(ep, rows, x, out, sb, rb)
+    else:
+        all_to_all_v_linear(ep, x, out, sb, rb)
+
+
+def _matrix(ep: Endpoint, sb, rb) -> list[list[int]]:
+    """Every rank's send bounds then receive bounds (one small exchange of
+    2(N+1) int64 a rank through shared memory, left out of the traffic as
+    the one-copy publication's words are, so that the bytes counted are the
+    blocks', as for every algorithm), checked: where rank p's block for rank q is not
+    the length that q expects from p, every rank raises the same error
+    before a byte of ``x`` moves."""
+    n = ep.size
+    bounds = np.array([*sb, *rb], np.int64)
+    rows = [v.tolist() for v in ep.exchange(bounds, sent=0, recv=0)]
+    for p, v in enumerate(rows):
+        for q, w in enumerate(rows):
+            sent, want = v[q + 1] - v[q], w[n + 2 + p] - w[n + 1 + p]
+            if sent != want:
+                raise CollectiveError(
+                    f"all_to_all_v counts disagree: rank {p} sends rank {q} {sent} elements "
+                    f"where rank {q} expects {want}", ranks=sorted({p, q}))
+    return rows
+
+
+def _read_blocks(ep: Endpoint, rows, x, out, sb, rb) -> None:
+    """Block ``rank`` of every peer's ``x`` (where ``rows``, ``_matrix``,
+    says it lies) read into its place in ``out``; then the own block."""
+    n, r = ep.size, ep.rank
+    item = x.itemsize
+    rem = ep.expose(x)
+    copy = streaming.copier(out, n)
+    for i in range(1, n):
+        p = (r + i) % n
+        rem.read(p, rows[p][r] * item, out[rb[p]:rb[p + 1]], copy)
+    copy(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+    rem.finish(sent=(sb[n] - (sb[r + 1] - sb[r])) * item)
+
+
 def all_to_all_v_alone(x, out, sb, rb) -> None:
     np.copyto(out, x)
 
@@ -227,6 +282,8 @@ SCATTER_V = Family("scatter_v", (
 ALL_TO_ALL_V = Family("all_to_all_v", (
     Algorithm("pairwise", all_to_all_v_pairwise),
     Algorithm("linear", all_to_all_v_linear),
+    Algorithm("one_copy", all_to_all_v_one_copy, needs_one_copy=True),
+    Algorithm("one_copy_or_linear", all_to_all_v_one_copy_or_linear, needs_one_copy=True),
 ), all_to_all_v_alone)
 REDUCE_SCATTER_V = Family("reduce_scatter_v", (
     Algorithm("ring", reduce_scatter_v_ring),

@@ -199,14 +199,24 @@ def cases(comm):
                 ("all_gather_v", "one_copy"): ((n - 1) * S[me], T - S[me]),
                 ("reduce_scatter_v", "ring"): (T - S[me], T - S[prv]),
                 ("reduce_scatter_v", "linear"): (T - S[me], (n - 1) * S[me])}
+        # all_to_all_v: rank i sends rank j (i + 2j) % 3 rows (the bounds that
+        # one_copy's ranks exchange first are not counted)
+        def a2a(i, j):
+            return (i + 2 * j) % 3
+        sc, rc = [a2a(me, j) for j in range(n)], [a2a(i, me) for i in range(n)]
+        for alg in ("pairwise", "linear", "one_copy", "one_copy_or_linear"):
+            want[("all_to_all_v", alg)] = ((sum(sc) - sc[me]) * row, (sum(rc) - rc[me]) * row)
         x = make(np.float64, (cs[me], *REST), me)
         full = make(np.float64, (sum(cs), *REST), me)
+        xa = make(np.float64, (sum(sc), *REST), me)
         for (call, alg), (sent, recv) in want.items():
             if alg not in comm.algorithms(call):
                 continue
             before = comm.traffic
             if call == "all_gather_v":
                 comm.all_gather_v(x, cs, algorithm=alg)
+            elif call == "all_to_all_v":
+                comm.all_to_all_v(xa, sc, rc, algorithm=alg)
             else:
                 comm.reduce_scatter_v(full, cs, algorithm=alg)
             d = comm.traffic - before
