@@ -28,20 +28,43 @@ def mpi_env(**extra: str) -> dict:
     return env
 
 
+# what a launcher says when it ends before any rank has started: Open MPI's
+# prterun now and then on a loaded machine (exit status 213), and across
+# hosts when its daemon on another host does not come up in time
+LAUNCH_FAILURES = ("PMIx server's listener thread failed to start", "failed to report back")
+
+
+def launch_failed(said: str) -> bool:
+    """Whether a launcher's output says that it started no rank."""
+    return any(m in said for m in LAUNCH_FAILURES)
+
+
 def run_mpi(n: int, argv: list[str], timeout: float = 300, launcher: Launcher = LAUNCH,
             **env: str) -> subprocess.CompletedProcess:
-    """Run ``python argv...`` on ``n`` ranks; returns the finished process."""
+    """Run ``python argv...`` on ``n`` ranks; returns the finished process.
+    A launch that started no rank (``launch_failed``) is tried once more."""
     cmd = launcher(n, [sys.executable, *argv])
-    return subprocess.run(cmd, cwd=ROOT, env=mpi_env(**env), capture_output=True,
-                          text=True, timeout=timeout)
+    p = subprocess.run(cmd, cwd=ROOT, env=mpi_env(**env), capture_output=True,
+                       text=True, timeout=timeout)
+    if p.returncode and launch_failed(p.stdout + p.stderr):
+        print(f"the launcher started no rank; run again: {p.stderr[-500:]}", file=sys.stderr)
+        p = subprocess.run(cmd, cwd=ROOT, env=mpi_env(**env), capture_output=True,
+                           text=True, timeout=timeout)
+    return p
 
 
-def start_mpi(n: int, argv: list[str], launcher: Launcher = LAUNCH,
+def start_mpi(n: int, argv: list[str], launcher: Launcher = LAUNCH, log: str | None = None,
               **env: str) -> subprocess.Popen:
-    """Start ``python argv...`` on ``n`` ranks without waiting for it."""
+    """Start ``python argv...`` on ``n`` ranks without waiting for it
+    (``log``: a file for what the launcher and ranks print)."""
     cmd = launcher(n, [sys.executable, *argv])
-    return subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(**env), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    out = subprocess.DEVNULL if log is None else open(log, "w")
+    try:
+        return subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(**env), stdout=out,
+                                stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
+    finally:
+        if log is not None:
+            out.close()
 
 
 # the files the MPI libraries themselves leave in /dev/shm when their

@@ -20,7 +20,7 @@ import pytest
 import cluster as hosts
 from conformance import FAMILIES
 from conftest import check_family
-from launch import drop_mpi_files, mpi_files, shm_files
+from launch import drop_mpi_files, launch_failed, mpi_files, shm_files
 
 if not hosts.ENABLED:
     pytest.skip("make test-cluster runs these (CLUSTER_TESTS=1)", allow_module_level=True)
@@ -105,20 +105,16 @@ def _reports(d: str, n: int, wait: float, until=lambda s: s not in ("started", "
     return out
 
 
-# Open MPI's launcher, started right after a test that cut a link, now and
-# then reports that its daemon on another host "failed to report back" and
-# ends before any rank starts (about one such start in ten here)
-LAUNCH_FAILED = "failed to report back"
-
-
 def _start(spec: str, argv: list[str], d: str, n: int, until):
     """Start a job that is left to run (``hosts.start``, no cleanup) and wait
     up to 60 s until each of its n ranks' reports satisfies ``until``; the job
-    and the reports.  A launch that ended before any rank started, saying
-    LAUNCH_FAILED, is tried once more."""
+    and the reports.  A launch that ended before any rank started
+    (``launch.launch_failed``: Open MPI's launcher, started right after a
+    test that cut a link, now and then says that its daemon on another host
+    "failed to report back", about one start in ten here) is tried once more."""
     p = hosts.start(spec, argv, cleanup=False)
     started = _reports(d, n, wait=60, until=until)
-    if not started and p.poll() is not None and LAUNCH_FAILED in hosts.said(p):
+    if not started and p.poll() is not None and launch_failed(hosts.said(p)):
         hosts.stop_jobs()
         p = hosts.start(spec, argv, cleanup=False)
         started = _reports(d, n, wait=60, until=until)

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from launch import SURVIVE, drop_mpi_files, mpi_files, run_mpi, shm_files, start_mpi
+from launch import (SURVIVE, drop_mpi_files, launch_failed, mpi_files, run_mpi, shm_files,
+                    start_mpi)
 
 TIMEOUT = 3.0  # faults.TIMEOUT
 SLOW_TIMEOUT = 1.0  # faults.SLOW_TIMEOUT
@@ -28,11 +29,14 @@ def dev_shm():
     assert not left, f"left in /dev/shm: {left}"
 
 
-def results(d: str, n: int, wait: float, victim: int) -> dict:
-    """Each rank's report, waiting up to ``wait`` s for survivors to write theirs."""
+def results(d: str, n: int, wait: float, victim: int, launcher=None) -> dict:
+    """Each rank's report, waiting up to ``wait`` s for survivors to write
+    theirs (not past the end of ``launcher``, a Popen, where none has)."""
     end = time.monotonic() + wait
     out = {}
     while time.monotonic() < end:
+        if not out and launcher is not None and launcher.poll() is not None:
+            break
         for r in range(n):
             p = os.path.join(d, f"rank{r}.json")
             if os.path.exists(p):
@@ -69,11 +73,14 @@ def gone(pid: int, wait: float = 10.0) -> bool:
 def fault_job(n: int, scenario: str, transport: str, extra: list, victim: int = 1) -> dict:
     """``_fault_job`` once more where a survivor died without a report (of a
     signal: faults.py's faulthandler output is attached and printed), which a
-    rare, unexplained crash of a survivor on shm does (docs/testing.md); a
-    second such death fails the test with that output."""
+    rare, unexplained crash of a survivor on shm does (docs/testing.md), or
+    where the launcher started no rank (``launch.launch_failed``); a second
+    such run fails the test with that output."""
     res = _fault_job(n, scenario, transport, extra, victim)
-    if any("crash" in v for r, v in res.items() if r != victim):
-        print(f"a survivor died without a report; run again: {res}", file=sys.stderr)
+    if any("crash" in v for r, v in res.items() if r != victim) or \
+            res.get("launcher", {}).get("failed"):
+        print(f"a survivor died without a report, or no rank started; run again: {res}",
+              file=sys.stderr)
         res = _fault_job(n, scenario, transport, extra, victim)
     return res
 
@@ -83,9 +90,11 @@ def _fault_job(n: int, scenario: str, transport: str, extra: list, victim: int =
     survivor has written its own (the launcher lingers for seconds after a
     rank dies, so it is stopped then; the ranks' exit is checked by pid)."""
     with tempfile.TemporaryDirectory() as d:
-        p = start_mpi(n, ["tests/faults.py", scenario, transport, d, *extra], launcher=SURVIVE)
+        log = os.path.join(d, "launcher.log")
+        p = start_mpi(n, ["tests/faults.py", scenario, transport, d, *extra], launcher=SURVIVE,
+                      log=log)
         try:
-            res = results(d, n, wait=TIMEOUT + 20, victim=victim)
+            res = results(d, n, wait=TIMEOUT + 20, victim=victim, launcher=p)
             for info in res.values():  # survivors linger on the reports in d
                 gone(info["pid"])
             for r, info in res.items():  # a survivor that died of a signal
@@ -93,6 +102,11 @@ def _fault_job(n: int, scenario: str, transport: str, extra: list, victim: int =
                     info["crash"] = "".join(
                         open(os.path.join(d, f)).read()[-3000:] for f in os.listdir(d)
                         if f.startswith("crash")) or "(no faulthandler output)"
+            if not res:  # no rank reported: what the launcher said
+                with open(log) as f:
+                    said = f.read()
+                res["launcher"] = {"said": said[-3000:], "failed": launch_failed(said),
+                                   "returncode": p.poll()}
         finally:
             p.kill()
             p.wait()
