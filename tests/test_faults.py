@@ -29,13 +29,14 @@ def dev_shm():
     assert not left, f"left in /dev/shm: {left}"
 
 
-def results(d: str, n: int, wait: float, victim: int, launcher=None) -> dict:
+def results(d: str, n: int, wait: float, victim: int, failed=lambda: False) -> dict:
     """Each rank's report, waiting up to ``wait`` s for survivors to write
-    theirs (not past the end of ``launcher``, a Popen, where none has)."""
+    theirs (not past ``failed()``, where none has: the launcher started none;
+    a launcher may end before its ranks have reported)."""
     end = time.monotonic() + wait
     out = {}
     while time.monotonic() < end:
-        if not out and launcher is not None and launcher.poll() is not None:
+        if not out and failed():
             break
         for r in range(n):
             p = os.path.join(d, f"rank{r}.json")
@@ -85,6 +86,11 @@ def fault_job(n: int, scenario: str, transport: str, extra: list, victim: int = 
     return res
 
 
+def _said(log: str) -> str:
+    with open(log, errors="replace") as f:
+        return f.read()
+
+
 def _fault_job(n: int, scenario: str, transport: str, extra: list, victim: int = 1) -> dict:
     """Run a fault scenario under SURVIVE (survivors run on); return the reports once every
     survivor has written its own (the launcher lingers for seconds after a
@@ -94,7 +100,8 @@ def _fault_job(n: int, scenario: str, transport: str, extra: list, victim: int =
         p = start_mpi(n, ["tests/faults.py", scenario, transport, d, *extra], launcher=SURVIVE,
                       log=log)
         try:
-            res = results(d, n, wait=TIMEOUT + 20, victim=victim, launcher=p)
+            res = results(d, n, wait=TIMEOUT + 20, victim=victim,
+                          failed=lambda: p.poll() is not None and launch_failed(_said(log)))
             for info in res.values():  # survivors linger on the reports in d
                 gone(info["pid"])
             for r, info in res.items():  # a survivor that died of a signal
@@ -103,8 +110,7 @@ def _fault_job(n: int, scenario: str, transport: str, extra: list, victim: int =
                         open(os.path.join(d, f)).read()[-3000:] for f in os.listdir(d)
                         if f.startswith("crash")) or "(no faulthandler output)"
             if not res:  # no rank reported: what the launcher said
-                with open(log) as f:
-                    said = f.read()
+                said = _said(log)
                 res["launcher"] = {"said": said[-3000:], "failed": launch_failed(said),
                                    "returncode": p.poll()}
         finally:
