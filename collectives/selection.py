@@ -253,6 +253,13 @@ ALL_TO_ALL_READ_TOTAL_BYTES = 32 << 20
 # at 4 MiB, 0.6-0.7 at 16 MiB; N = 4 x 1 MiB 0.9-1.15; from 1.2 to 1.7 below
 # 256 KiB, one exchange round more; performance.md, "Variable counts")
 ALL_TO_ALL_V_READ_TOTAL_BYTES = 2 << 20
+# and carries each rank's x in the round that exchanges the bounds where every
+# rank's x holds at most this many bytes: then that one round moves every block
+# (equal counts, interleaved, adaptation off, 5 rounds of 200-2000 calls:
+# against linear, 0.84-0.91 at N = 2 from 16 B to 16 KiB a rank, 0.72-0.93 at
+# 64-256 KiB; 0.58-0.70 at N = 4 from 16 B to 64 KiB a rank; past it, where
+# the round moves only the bounds, 1.05-1.4 until the reads take over)
+ALL_TO_ALL_V_INLINE_BYTES = 256 << 10
 # broadcast's one_copy: root writes (1/N of the buffer) from this size, every
 # peer reads all of it below
 WRITE_FROM_BYTES = 256 * 1024

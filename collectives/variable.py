@@ -39,6 +39,7 @@ from typing import Sequence
 import numpy as np
 
 from transports import CollectiveError, Endpoint
+from transports.base import as_bytes
 
 from . import ring as _ring
 from . import selection, streaming
@@ -183,10 +184,13 @@ def all_to_all_v_one_copy(ep: Endpoint, x, out, sb, rb) -> None:
 
 
 def all_to_all_v_one_copy_or_linear(ep: Endpoint, x, out, sb, rb) -> None:
-    """The ranks' bounds exchanged (``_matrix``): then every rank knows the
-    bytes of the whole count matrix and makes the same choice, ``one_copy``
-    from selection.ALL_TO_ALL_V_READ_TOTAL_BYTES, else ``linear``."""
-    rows = _matrix(ep, sb, rb)
+    """The ranks' bounds exchanged with ``x`` itself where it fits (``_matrix``):
+    where every rank's did, that round moved every block; else every rank
+    knows the bytes of the whole count matrix and makes the same choice,
+    ``one_copy`` from selection.ALL_TO_ALL_V_READ_TOTAL_BYTES, else ``linear``."""
+    rows = _matrix(ep, sb, rb, x, out)
+    if rows is None:
+        return
     n = ep.size
     if sum(v[n] for v in rows) * x.itemsize >= selection.ALL_TO_ALL_V_READ_TOTAL_BYTES:
         _read_blocks(ep, rows, x, out, sb, rb)
@@ -194,16 +198,27 @@ def all_to_all_v_one_copy_or_linear(ep: Endpoint, x, out, sb, rb) -> None:
         all_to_all_v_linear(ep, x, out, sb, rb)
 
 
-def _matrix(ep: Endpoint, sb, rb) -> list[list[int]]:
+def _matrix(ep: Endpoint, sb, rb, x=None, out=None) -> list[list[int]] | None:
     """Every rank's send bounds then receive bounds (one small exchange of
     2(N+1) int64 a rank through shared memory, left out of the traffic as
     the one-copy publication's words are, so that the bytes counted are the
-    blocks', as for every algorithm), checked: where rank p's block for rank q is not
-    the length that q expects from p, every rank raises the same error
-    before a byte of ``x`` moves."""
-    n = ep.size
-    bounds = np.array([*sb, *rb], np.int64)
-    rows = [v.tolist() for v in ep.exchange(bounds, sent=0, recv=0)]
+    blocks', as for every algorithm), checked: where rank p's block for
+    rank q is not the length that q expects from p, every rank raises the
+    same error before a byte of ``x`` moves.  With ``x`` and ``out``: each
+    rank's ``x`` rides in the same exchange where it fits
+    (selection.ALL_TO_ALL_V_INLINE_BYTES); where every rank's did, each rank
+    takes its blocks from there into ``out`` and None is returned."""
+    n, r = ep.size, ep.rank
+    head = 16 * (n + 1)
+    room = 0 if x is None else min(selection.ALL_TO_ALL_V_INLINE_BYTES,
+                                   max(0, ep.chunk_bytes(x) - head))
+    inline = x is not None and x.nbytes <= room
+    stage = ep.stage(head + room, _BYTE)
+    stage[:head].view(np.int64)[:] = (*sb, *rb)
+    if inline and x.nbytes:
+        np.copyto(stage[head:head + x.nbytes], as_bytes(x))
+    views = ep.exchange(stage, sent=0, recv=0)
+    rows = [v[:head].view(np.int64).tolist() for v in views]
     for p, v in enumerate(rows):
         for q, w in enumerate(rows):
             sent, want = v[q + 1] - v[q], w[n + 2 + p] - w[n + 1 + p]
@@ -211,7 +226,18 @@ def _matrix(ep: Endpoint, sb, rb) -> list[list[int]]:
                 raise CollectiveError(
                     f"all_to_all_v counts disagree: rank {p} sends rank {q} {sent} elements "
                     f"where rank {q} expects {want}", ranks=sorted({p, q}))
-    return rows
+    if x is None or any(v[n] * x.itemsize > room for v in rows):
+        return rows
+    item, o = x.itemsize, as_bytes(out)
+    for p, v in enumerate(rows):
+        at = head + v[r] * item
+        np.copyto(o[rb[p] * item:rb[p + 1] * item], views[p][at:at + (rb[p + 1] - rb[p]) * item])
+    ep.sent_bytes += (sb[n] - (sb[r + 1] - sb[r])) * item
+    ep.recv_bytes += (rb[n] - (rb[r + 1] - rb[r])) * item
+    return None
+
+
+_BYTE = np.empty(0, np.uint8)
 
 
 def _read_blocks(ep: Endpoint, rows, x, out, sb, rb) -> None:

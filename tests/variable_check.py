@@ -136,6 +136,19 @@ def cases(comm):
                                                 algorithm=alg)
                         expect(got, want)
                     add(f"all_to_all_v {alg} {send} {np.dtype(dt)} given={given}", f)
+        # blocks past the bounds round's room (32 KiB a rank) and, in all,
+        # past the 2 MiB from which one_copy_or_linear reads in place
+        for scale in (700, 30000):
+            def f(alg=alg, scale=scale, seed=len(out)):
+                def cnt(i, j):
+                    return scale * ((i + 2 * j) % 3) + j
+                x = np.concatenate([make(np.float64, (cnt(me, j), *REST), 100 * me + j, seed)
+                                    for j in range(n)])
+                want = np.concatenate([make(np.float64, (cnt(i, me), *REST), 100 * i + me, seed)
+                                       for i in range(n)])
+                expect(comm.all_to_all_v(x, [cnt(me, j) for j in range(n)],
+                                         [cnt(i, me) for i in range(n)], algorithm=alg), want)
+            add(f"all_to_all_v {alg} rows of {scale}", f)
     for alg in [None] + comm.algorithms("reduce_scatter_v"):
         for cs in patterns(n):
             for dt in DTYPES:
