@@ -206,8 +206,8 @@ MORE: dict[str, tuple[Row, ...]] = {
     ),
     "all_to_all_v": (
         Row("one_copy_or_linear", "the ranks' bounds exchanged first, so that every rank "
-            "knows every count: from ALL_TO_ALL_V_READ_TOTAL_BYTES in all, one copy",
-            one_copy=True),
+            "knows every count, with the blocks up to ALL_TO_ALL_V_INLINE_BYTES a rank; "
+            "from ALL_TO_ALL_V_READ_TOTAL_BYTES in all, one copy", one_copy=True),
         Row("pairwise", "one peer a step, no contention; sizes differ between ranks, so "
             "the choice cannot depend on them"),
     ),
@@ -250,8 +250,8 @@ ALL_TO_ALL_READ_TOTAL_BYTES = 32 << 20
 # matrix (every rank's blocks together) holds this many bytes, else linear
 # messages (equal counts, interleaved, adaptation off: one_copy over pairwise
 # at N = 2 x 1 MiB 0.55-0.75 in the slow state, 1.05 in the fast one; 0.4-0.6
-# at 4 MiB, 0.6-0.7 at 16 MiB; N = 4 x 1 MiB 0.9-1.15; from 1.2 to 1.7 below
-# 256 KiB, one exchange round more; performance.md, "Variable counts")
+# at 4 MiB, 0.6-0.7 at 16 MiB; N = 4 x 1 MiB 0.9-1.15; performance.md,
+# "Variable counts")
 ALL_TO_ALL_V_READ_TOTAL_BYTES = 2 << 20
 # and carries each rank's x in the round that exchanges the bounds where every
 # rank's x holds at most this many bytes: then that one round moves every block
