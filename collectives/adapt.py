@@ -12,10 +12,16 @@ cost and moves to another algorithm when that one is clearly faster:
   place, as every rank passed since the last agreement ("plain", not in
   place, where they differ).  Each form has its own measurements (an
   in-place all_to_all and an out-of-place one favour different algorithms).
-- The current algorithm runs its first ``FIRST_RUNS`` calls (the first
-  warms it up); then every other offered algorithm is tried
-  ``FIRST_TRIES`` times, a try being ``BURST`` calls in a row of which all
-  but the first ``WARMS`` are timed (in the state its own calls leave).  After that each other algorithm
+- The current algorithm runs its first ``FIRST_RUNS`` calls; then every
+  other offered algorithm is tried ``FIRST_TRIES`` times.  A try is
+  ``BURST`` calls in a row of which all but the first ``WARMS`` are timed,
+  and the current one's first calls are timed as one.  It starts from a
+  small all-reduce, so that no rank still owes work to calls before it (a
+  root behind on what its peers ran ahead into), and its untimed calls fill
+  what the algorithm fills (a root that runs ahead into its peers' slots
+  is fast until they are full): the timed calls see the state its own
+  calls leave, which a try of one warm call and two timed ones did not
+  (docs/algorithms.md).  After that each other algorithm
   is tried again now and then: the closer it came to the current one, the
   sooner (a close one every ``MIN_INTERVAL`` calls times the number of
   others, or more where an agreement would otherwise cost over
@@ -28,10 +34,11 @@ cost and moves to another algorithm when that one is clearly faster:
   calls of one algorithm (the current one's calls before a try, a try's
   timed calls; an untimed call between two ends a run) gives one figure:
   where every rank reads one clock (one
-  machine), the time from the last rank's start of the first call to the
-  last rank's end of the last, per call, which counts what ranks that run
-  ahead into the next call cost the others; else the mean of the longest
-  rank's own times.  Every
+  machine), the mean of the time from one call's last rank's end (or,
+  where later, the next call's last rank's start) to the next call's last
+  rank's end, which counts what ranks that run ahead into the next call
+  cost the others, and not a pause between calls; else the mean of the
+  longest rank's own times.  Every
   rank then decides from the same numbers, so every rank switches at the
   same call, whatever its own clock said; no call runs different
   algorithms on different ranks.
@@ -64,15 +71,15 @@ MARGIN = 0.10        # another algorithm must be this much faster to take over
 BUDGET = 0.005       # of the calls' time spent trying slower algorithms
 MIN_INTERVAL = 32    # calls per try, at least, all the other algorithms together
 MAX_INTERVAL = 1 << 16  # and at most
-KEEP = 16            # calls' times shared at an agreement, at most
-TRIES = 3            # an algorithm's estimate: the median of its last tries
+TRIES = 3            # an algorithm's estimate: the mean of its last tries
 RUNS = 9             # the current one's: the median of its last calls
-FIRST_RUNS = 4       # calls of the first choice before the first try (one warms up)
-FIRST_TRIES = 2      # timed tries of every other algorithm after its warm-up call
+FIRST_TRIES = 2      # tries of every other algorithm after the first choice's first calls
 CHECK_BACK = 4       # calls after a switch before the old choice is tried again
 WATCH = 8            # calls of the current one timed before each try
-BURST = 3            # calls of a try in a row, of which
-WARMS = 1            # the first ones warm it up, untimed
+BURST = 8            # calls of a try in a row, of which
+WARMS = 4            # the first ones warm it up, untimed
+KEEP = WATCH + BURST + 2  # calls' times shared at an agreement, at most
+FIRST_RUNS = BURST   # calls of a new current one before any try, started as a try is
 RUN, WARM, TIMED, TRY = 0, 1, 2, 3  # what a call is (_Arm.pick)
 AGREE_SHARE = 0.003  # of the calls' time spent agreeing, at most (tries spaced out)
 AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
@@ -121,9 +128,8 @@ class _Arm:
         self.base = first
         self.times = {a: collections.deque(maxlen=RUNS) for a in [str(first)] + others}
         # each other algorithm's first FIRST_TRIES tries, after the first
-        # choice's first calls (the first of which warms it up: cold)
+        # choice's first FIRST_RUNS calls
         self.due = {a: now + i for i, a in enumerate(others)}
-        self.cold = {str(first)}
         self.burst: Optional[tuple[str, int]] = None  # a try under way: (name, calls left)
         self.name = str(first)  # the current algorithm's name, as a plain str
         self.fresh = 0          # its calls since it became the current one
@@ -137,14 +143,15 @@ class _Arm:
         or TRY (a try's last, after which the ranks agree and ``decide`` puts
         it back on the schedule).  A try is BURST calls in a row, so that it is timed in the
         state its own calls leave (caches, pages), not the current one's.
-        The current algorithm's first FIRST_RUNS calls come before any try."""
+        The current algorithm's first FIRST_RUNS calls come before any try,
+        the first WARMS of them untimed, as a try's are."""
         if self.burst is not None:
             a, i = self.burst
             self.burst = (a, i + 1) if i + 1 < BURST else None
             return a, (WARM if i < WARMS else TIMED if i + 1 < BURST else TRY)
         if self.fresh < FIRST_RUNS:
             self.fresh += 1
-            return self.name, RUN
+            return self.name, (WARM if self.fresh <= WARMS else RUN)
         if count >= self.next_at:
             if self.due:
                 a = min(self.due, key=lambda x: (self.due[x], x))
@@ -160,12 +167,12 @@ class _Arm:
 
     def estimate(self, a: str) -> Optional[float]:
         """The current algorithm's median over its last RUNS figures (one a
-        run of calls before a try); another's over its last TRIES tries (None
-        before FIRST_TRIES)."""
+        run of calls before a try); another's mean over its last TRIES tries
+        (None before FIRST_TRIES)."""
         t = self.times[a]
         if a == self.name:
             return statistics.median(t) if t else None
-        return statistics.median(list(t)[-TRIES:]) if len(t) >= FIRST_TRIES else None
+        return statistics.fmean(list(t)[-TRIES:]) if len(t) >= FIRST_TRIES else None
 
     def decide(self, count: int, agree_s: float = 0.0) -> None:
         """After an agreement (the calls so far: ``count``; ``agree_s``: how
@@ -187,9 +194,10 @@ class _Arm:
             cur = best_t
         others = len(self.times) - 1
         # calls between two tries, at least: MIN_INTERVAL, and enough that the
-        # agreements cost at most AGREE_SHARE of the calls' time
+        # agreements (two a try: the one it starts from, the one after it) cost
+        # at most AGREE_SHARE of the calls' time
         least = MIN_INTERVAL if cur is None else \
-            max(MIN_INTERVAL, int(agree_s / (AGREE_SHARE * max(cur, 1e-9))))
+            max(MIN_INTERVAL, int(2 * agree_s / (AGREE_SHARE * max(cur, 1e-9))))
         for a in self.times:
             if a == self.name or a in self.due:
                 continue
@@ -333,11 +341,13 @@ class Chooser:
         name, what = arm.pick(count)
         if self.history is not None:
             self.history.append((call, name))
+        if what == WARM and (arm.burst == (name, 1) or arm.fresh == 1):
+            # a try, or a new current one, starts where every rank has finished its calls
+            agree(ep, np.zeros(1))
         clock = self.clock
         t0 = clock()
         family.run(name, ep, *args)
-        if what != WARM:
-            cls.recent.append((arm, name, count, t0, clock()))
+        cls.recent.append((arm, name, count, t0, clock(), what != WARM))
         if what == TRY:
             self._agree(cls, ep, agree)
             arm.decide(cls.count, cls.agree_s)
@@ -369,11 +379,12 @@ class Chooser:
         """Share this rank's recent call times and kinds; every rank then
         holds the same times and the common form.  Each run of consecutive
         calls of one algorithm (the current one's calls before a try, a
-        try's timed calls) gives one figure, the time per call over the run:
-        with one clock, from the last rank's start of its first call to the
-        last rank's end of its last, divided by the calls (what the calls
-        cost one after the other, ranks that run ahead included); else the
-        mean of the longest rank's times."""
+        try's timed calls) gives one figure, the mean over its timed calls:
+        with one clock, of the time from the last rank's end of the call
+        before (a warm one's included) or, where later, the last rank's start
+        of this one, to the last rank's end of this one (what the calls cost
+        one after the other, ranks that run ahead included, a pause between
+        two calls not); else of the longest rank's times."""
         recent = list(cls.recent)
         m = len(recent)
         if self.one_clock:
@@ -390,23 +401,24 @@ class Chooser:
         lo, hi = int(-vec[0]), int(vec[1])
         cls.form = lo if lo == hi else 0  # plain, not in place, where the ranks differ
         cls.agree_s = float(vec[2])
-        if self.one_clock:
-            starts, ends = vec[3:3 + m], vec[3 + m:]
-        else:
-            starts, ends = np.zeros(m), np.cumsum(vec[3:])  # durations back to back
+        starts, ends = vec[3:3 + m], vec[3 + m:]  # with one clock
         i = 0
         while i < m:  # each run of consecutive calls of one algorithm: one figure
             arm, name, count = recent[i][0], recent[i][1], recent[i][2]
-            if name in arm.cold:  # its first call: warming up, not kept
-                arm.cold.discard(name)
-                i += 1
-                continue
             j = i
             while j + 1 < m and recent[j + 1][0] is arm and recent[j + 1][1] == name \
                     and recent[j + 1][2] == count + (j + 1 - i):  # no untimed call between
                 j += 1
-            first = starts[i] if self.one_clock else (ends[i - 1] if i else 0.0)
-            arm.times[name].append(float(ends[j] - first) / (j - i + 1))
+            per = []  # the run's timed calls, each as long as it held up the job
+            for k in range(i, j + 1):
+                if not recent[k][5]:
+                    continue  # a try's warm-up: where the next call starts from
+                if self.one_clock:
+                    per.append(ends[k] - (max(ends[k - 1], starts[k]) if k > i else starts[k]))
+                else:
+                    per.append(vec[3 + k])
+            if per:
+                arm.times[name].append(sum(per) / len(per))
             i = j + 1
         cls.recent.clear()
         cls.lo, cls.hi = _NONE
