@@ -424,3 +424,23 @@ def test_probes_print_their_figures():
     assert p.stdout.count("GB/s") == 2, p.stdout
     p = _bench(2, "dtypes", "64K", "--reps", "1", module="bench.probe")
     assert "N=2 all_reduce     65536 B" in p.stdout and "bfloat16" in p.stdout, p.stdout
+
+
+def test_sustained_runs_count_every_default_call():
+    """bench.sustained: per collective, the default's time over the best
+    named algorithm's and the algorithm its calls ran, counted over every
+    default call of every round."""
+    p = _bench(3, "gather,all_reduce", "-b", "64K", "--calls", "40", "--rounds", "2",
+               module="bench.sustained", timeout=120)
+    lines = {ln.split()[0]: ln for ln in p.stdout.splitlines() if " B: default " in ln}
+    assert set(lines) == {"gather", "all_reduce"}, p.stdout
+    for name, ln in lines.items():
+        m = re.search(r"÷best ([\d.]+) \(best (\w+)\); default ran (\w+) in (\d+) of (\d+) "
+                      r"calls; named \(us\): (.*)$", ln)
+        assert m, ln
+        named = dict(zip(m[6].split()[::2], map(float, m[6].split()[1::2])))
+        assert m[2] in named and m[3] in named and float(m[1]) > 0, ln
+        assert int(m[5]) == 40 * 2 and 0 < int(m[4]) <= 80, ln  # every default call, no named one
+    with pytest.raises(SystemExit):
+        from bench import sustained
+        sustained.parse(["barrier"])
