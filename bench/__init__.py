@@ -109,8 +109,8 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   call's warm-up, before the first round, is 5 calls or about 0.02 s of
   them, whichever is more, cut to about 0.2 s.  Where the default adapts
   (``comm.adaptive``), its calls at a size first run untimed as many times
-  as its first tries take (4 calls of its first choice, then two tries of
-  three calls of every other offered algorithm; collectives/adapt.py), and
+  as its first tries take (8 calls of its first choice, then two tries of
+  eight calls of every other offered algorithm; collectives/adapt.py), and
   8 more (``runner.LEARN_EXTRA``): the figures are those of a program past
   its first calls of that size.
 * The header gives one core's memcpy bandwidth (best ``np.copyto`` of a
