@@ -10,6 +10,12 @@ line of each collective says the default's time over the best named
 algorithm's (medians over the rounds) and which algorithm the default's
 calls ran, counted call by call.  The buffers are ``bench.cases``' (with
 ``--alloc comm``, communicator-allocated).
+
+``--cost`` measures what choosing costs once the default has settled:
+after ``--calls`` default calls, ``--rounds`` pairs of runs of ``--calls``
+calls, the default's and those of the algorithm it ran most named (in turn
+first), each pair's ratio; the line gives their median and quartiles (1.00:
+the default's machinery, tries included, costs nothing).
 """
 from __future__ import annotations
 
@@ -37,6 +43,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--alloc", choices=("numpy", "comm"), default="comm",
                    help="our buffers: plain numpy arrays or comm.empty (default comm)")
     p.add_argument("-d", "--datatype", default="float32")
+    p.add_argument("--cost", action="store_true",
+                   help="the default against the algorithm it settled on, in pairs of runs")
     a = p.parse_args(argv)
     a.collectives = a.collectives.split(",")
     for c in a.collectives:
@@ -78,6 +86,41 @@ def run(comm, mpicomm, name: str, a: argparse.Namespace) -> str:
             f"named (us): {named}")
 
 
+def cost(comm, mpicomm, name: str, a: argparse.Namespace) -> str:
+    """The default's time over that of the algorithm it ran most, named, in
+    ``a.rounds`` pairs of runs of ``a.calls`` calls (each pair in turn
+    first), after ``a.calls`` default calls."""
+    case = CASES[name](comm, mpicomm, a.nbytes, np.dtype(a.datatype), "sum", 0)
+    if a.alloc == "comm":
+        case.in_regions()
+    chooser = comm._choose
+    chooser.history = []
+    default = case.ours(None)
+    for _ in range(a.calls):
+        default()
+    ran = collections.Counter(str(alg) for call, alg in chooser.history if call == name)
+    chooser.history = None
+    settled = ran.most_common(1)[0][0]
+    pair = {None: default, settled: case.ours(settled)}
+    ratios, per = [], collections.defaultdict(list)
+    for r in range(a.rounds):
+        t = {}
+        for alg in (None, settled) if r % 2 == 0 else (settled, None):
+            comm.barrier()
+            t0 = time.perf_counter()
+            for _ in range(a.calls):
+                pair[alg]()
+            comm.barrier()
+            t[alg] = (time.perf_counter() - t0) / a.calls
+            per[alg].append(t[alg])
+        ratios.append(t[None] / t[settled])
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return (f"{name} {a.nbytes} B: default {statistics.median(per[None]) * 1e6:.1f} us, "
+            f"{settled} named {statistics.median(per[settled]) * 1e6:.1f} us; "
+            f"default ÷ named, paired: median {statistics.median(ratios):.3f}, "
+            f"quartiles {q[0]:.3f}-{q[2]:.3f} ({a.rounds} pairs of {a.calls} calls)")
+
+
 def main(argv: list[str]) -> int:
     a = parse(argv)
     from mpi4py import MPI
@@ -85,7 +128,7 @@ def main(argv: list[str]) -> int:
     import collectives as cc
     comm = cc.init()
     for name in a.collectives:
-        line = run(comm, MPI.COMM_WORLD, name, a)
+        line = (cost if a.cost else run)(comm, MPI.COMM_WORLD, name, a)
         if comm.rank == 0:
             print(line, flush=True)
     comm.close()

@@ -123,7 +123,8 @@ class _Arm:
     """What one (collective, size class, kind) knows: the algorithm it runs,
     the others it tries, their recent per-call times (slowest rank's)."""
 
-    def __init__(self, first: Choice, others: list[str], now: int):
+    def __init__(self, first: Choice, others: list[str], now: int, family=None):
+        self.family = family
         self.current = first
         self.base = first
         self.times = {a: collections.deque(maxlen=RUNS) for a in [str(first)] + others}
@@ -132,6 +133,8 @@ class _Arm:
         self.due = {a: now + i for i, a in enumerate(others)}
         self.burst: Optional[tuple[str, int]] = None  # a try under way: (name, calls left)
         self.name = str(first)  # the current algorithm's name, as a plain str
+        # its Algorithm.run, which most calls call straight
+        self.run = family[self.name].run if family is not None else None
         self.fresh = 0          # its calls since it became the current one
         self.next_at = 0        # the earliest due call (0: look)
         self.watch_at = 0       # calls from here on are timed (WATCH before next_at)
@@ -188,6 +191,8 @@ class _Arm:
             old = self.name
             self.current = self.base if best == self.base else Choice(best, "adapted")
             self.name = best
+            if self.family is not None:
+                self.run = self.family[best].run
             self.fresh = 0
             self.due.pop(best, None)
             self.due[old] = count + CHECK_BACK
@@ -228,6 +233,7 @@ class _Class:
         # the last agreement
         self.recent: collections.deque = collections.deque(maxlen=KEEP)
         self.arms: dict[str, _Arm] = {}
+        self.arm: Optional[_Arm] = None  # the agreed form's
         self.next_agree = 0
         self.last_agree_s = 0.0  # this rank's time in the last agreement
         self.agree_s = 0.0       # the longest rank's, as last agreed
@@ -313,8 +319,21 @@ class Chooser:
         """Run ``call``'s default on ``ep`` (in the communicator's order, on
         every rank alike) for ``kind`` arrays, ``in_place`` or not; returns
         the algorithm's name."""
-        family = FAMILIES[call]
         form = _KIND[kind] + (len(_KIND) if in_place else 0)
+        if self.adapt and call not in self._still:
+            # most calls: far from the next try, of a form noted since the
+            # last agreement, they just run the current algorithm, untimed
+            cls = self.classes.get((call, int(nbytes).bit_length()))  # size_class
+            if cls is not None and cls.lo <= form <= cls.hi:
+                arm = cls.arm
+                count = cls.count
+                if arm is not None and count < arm.watch_at:
+                    cls.count = count + 1
+                    if self.history is not None:
+                        self.history.append((call, arm.name))
+                    arm.run(ep, *args)  # adaptation is on with 2 ranks or more
+                    return arm.name
+        family = FAMILIES[call]
         if not self.adapt or call in self._still:
             name = self._fixed(call, nbytes, kind, form, ep, agree)
             if self.history is not None:
@@ -325,11 +344,11 @@ class Chooser:
         cls.note(form)
         if cls.form is None:
             self._agree(cls, ep, agree)
-        arm = cls.arms.get(cls.form)
+        arm = cls.arm
         if arm is None:
             first = self.base(call, nbytes, selection.KINDS[cls.form % len(_KIND)])
             others = [a for a in self.offered[call] if a != first]
-            arm = cls.arms[cls.form] = _Arm(first, others, cls.count)
+            arm = cls.arm = cls.arms[cls.form] = _Arm(first, others, cls.count, family)
         count = cls.count
         cls.count = count + 1
         if count < arm.watch_at:  # far from the next try: run, untimed
@@ -400,6 +419,7 @@ class Chooser:
         cls.last_agree_s = time.perf_counter() - start  # shared at the next agreement
         lo, hi = int(-vec[0]), int(vec[1])
         cls.form = lo if lo == hi else 0  # plain, not in place, where the ranks differ
+        cls.arm = cls.arms.get(cls.form)
         cls.agree_s = float(vec[2])
         starts, ends = vec[3:3 + m], vec[3 + m:]  # with one clock
         i = 0

@@ -444,3 +444,17 @@ def test_sustained_runs_count_every_default_call():
     with pytest.raises(SystemExit):
         from bench import sustained
         sustained.parse(["barrier"])
+
+
+def test_sustained_cost_pairs_the_default_with_its_settled_algorithm():
+    """bench.sustained --cost: the default against the algorithm it ran
+    most, named, in pairs of runs; the ratio is of the two medians' kind."""
+    p = _bench(2, "broadcast", "-b", "64K", "--cost", "--calls", "30", "--rounds", "3",
+               module="bench.sustained", timeout=120)
+    m = re.search(r"^broadcast 65536 B: default ([\d.]+) us, (\w+) named ([\d.]+) us; "
+                  r"default ÷ named, paired: median ([\d.]+), quartiles ([\d.]+)-([\d.]+) "
+                  r"\(3 pairs of 30 calls\)$", p.stdout, re.M)
+    assert m, p.stdout
+    from collectives.families import FAMILIES
+    assert m[2] in FAMILIES["broadcast"].names()
+    assert float(m[1]) > 0 and float(m[3]) > 0 and float(m[5]) <= float(m[4]) <= float(m[6])
