@@ -152,16 +152,35 @@ def huge(comm, world, args) -> None:
 
 
 def latency(comm, world, args) -> None:
-    """A small all-reduce against its parts and MPI_Allreduce."""
+    """A small all-reduce against its parts and MPI_Allreduce; where the
+    ranks are a power of two, also recursive doubling written on mpi4py
+    alone (Isend, Irecv, Testall: no checks, no timeout), the least that an
+    all-reduce written in Python on MPI's point-to-point costs."""
+    from mpi4py import MPI
     x = np.ones(2, np.float32)
     out = np.empty_like(x)
     ep = comm._t.coll
+    where = "shared memory" if comm.transport == "shm" else "messages"
     rows = [("MPI_Allreduce, 8 B", lambda: world.Allreduce(x, out)),
-            ("comm.all_reduce(x, out), 8 B", lambda: comm.all_reduce(x, out)),
+            (f"comm.all_reduce(x, out), 8 B ({comm.transport})", lambda: comm.all_reduce(x, out)),
             ("comm.all_reduce(x), 8 B", lambda: comm.all_reduce(x)),
-            ("ep.exchange(x): one round through shared memory", lambda: ep.exchange(x)),
+            (f"ep.exchange(x): one round through {where}", lambda: ep.exchange(x)),
             ("comm.barrier()", lambda: comm.barrier()),
             ("np.add of 2 float32, out=", lambda: np.add(x, x, out=out))]
+    n, r = world.Get_size(), world.Get_rank()
+    if n > 1 and n & (n - 1) == 0:
+        bare, tmp = world.Dup(), np.empty_like(x)
+
+        def doubling():
+            np.copyto(out, x)
+            m = 1
+            while m < n:
+                reqs = [bare.Irecv([tmp, MPI.BYTE], r ^ m, 7), bare.Isend([out, MPI.BYTE], r ^ m, 7)]
+                while not MPI.Request.Testall(reqs):
+                    os.sched_yield()
+                np.add(out, tmp, out=out)
+                m <<= 1
+        rows.insert(1, ("recursive doubling on mpi4py alone, 8 B", doubling))
     for name, fn in rows:
         us = _timed(world, fn, 20000) * 1e6
         if comm.rank == 0:
@@ -312,8 +331,11 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.probe", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="probe", required=True)
-    for name in ("coherence", "cma", "latency"):
+    for name in ("coherence", "cma"):
         sub.add_parser(name)
+    lat = sub.add_parser("latency")
+    lat.add_argument("--transport", default="shm", choices=("shm", "mpi"),
+                     help="the communicator's transport (default shm)")
     hg = sub.add_parser("huge")
     hg.add_argument("--size", type=parse_size, default=4 << 20)
     hg.add_argument("--reps", type=int, default=5)
@@ -344,7 +366,7 @@ def main() -> None:
         core.multiarray._set_madvise_hugepage(False)
     import collectives as cc
     from mpi4py import MPI
-    with cc.init("shm") as comm:
+    with cc.init(getattr(args, "transport", "shm")) as comm:
         {"coherence": coherence, "cma": cma, "latency": latency, "share": share, "ab": ab,
          "small": small, "dtypes": dtypes, "huge": huge}[args.probe](
             comm, MPI.COMM_WORLD, args)

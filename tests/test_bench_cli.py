@@ -418,6 +418,9 @@ def test_probes_print_their_figures():
     assert len(rows) == 3 and all("one_copy_or_staged" in ln and "MPI" in ln for ln in rows), p.stdout
     p = _bench(2, "latency", module="bench.probe")
     assert "MPI_Allreduce" in p.stdout and "ep.exchange" in p.stdout, p.stdout
+    p = _bench(2, "latency", "--transport", "mpi", module="bench.probe")
+    assert re.search(r"^ +[\d.]+ us  recursive doubling on mpi4py alone, 8 B$", p.stdout, re.M) \
+        and "8 B (mpi)" in p.stdout and "through messages" in p.stdout, p.stdout
     p = _bench(2, "small", "8", "--reps", "1", "--iters", "100", module="bench.probe")
     assert "N=2 all_reduce     8 B" in p.stdout and "python" in p.stdout, p.stdout
     p = _bench(2, "coherence", module="bench.probe")

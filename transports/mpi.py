@@ -337,10 +337,11 @@ class _Req(Request):
         if self.finished:
             return True
         ep = self.ep
-        status = MPI.Status()
+        status = None if self.sending else ep.status  # read under the lock, at once
         try:
             with ep.t.lock:
                 ok = self.mpi.Test(status)
+                got = ok and status is not None and status.Get_count(MPI.BYTE)
         except MPI.Exception as e:
             raise ep.failed(self.peer, e) from None
         if not ok:
@@ -353,7 +354,6 @@ class _Req(Request):
             if remote:
                 ep.inter_sent_bytes += self.nbytes
             return True
-        got = status.Get_count(MPI.BYTE)
         if got != self.nbytes:
             raise CollectiveError(f"rank {self.peer} sent {got} bytes where rank {ep.rank} "
                                   f"expects {self.nbytes}", ranks=[self.peer])
@@ -381,6 +381,7 @@ class MpiEndpoint(Endpoint):
         self.modulus = modulus
         self.coll = what == "collective"
         self._pool: list[np.ndarray] = []  # receive-and-reduce buffers to reuse
+        self.status = MPI.Status()  # a receive's, filled and read under the lock
         # requests posted and not yet completed: a call that fails leaves some
         # behind, and MPI may still fill or read their buffers, so they stay
         # referenced here until free() settles them
@@ -420,8 +421,10 @@ class MpiEndpoint(Endpoint):
                              f"(size {self.size}, rank {self.rank})")
 
     def _post(self, start, buf, peer, tag, sending, acc=None, op=None) -> Request:
-        self._check_peer(peer)
-        b = as_bytes(buf)
+        if peer == self.rank or not 0 <= peer < self.size:
+            self._check_peer(peer)
+        # a contiguous numpy array is its own bytes (MPI.BYTE counts them)
+        b = buf if type(buf) is np.ndarray and buf.flags.c_contiguous else as_bytes(buf)
         with self.t.lock:
             req = start([b, MPI.BYTE], peer, self._tag(tag))
         r = _Req(self, req, peer, b.nbytes, sending, acc, op, buf)
@@ -484,7 +487,9 @@ class MpiEndpoint(Endpoint):
                                ranks=[peer])
 
     def waitall(self, reqs: Iterable[Request]) -> None:
-        pending = [r for r in reqs if not r.finished]
+        pending = [r for r in reqs if not r.test()]  # most small ones are done at once
+        if not pending:
+            return
         dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
         polls, nap = 0, 0.0
         while pending:
