@@ -23,7 +23,7 @@ from .topology import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
-from .small import SmallAllReduce, plain_out
+from .small import SmallAllReduce, SmallByMessages, plain_out
 from .arrays import adopt
 from .callkey import BYTES_AT
 from .traffic import Traffic
@@ -110,8 +110,8 @@ class Communicator(HostsInfo):
         # while it lives; finding it costs a walk of the regions)
         self._kinds: dict = {}
         # all_reduce of up to this many bytes skips the scheduling (see there)
-        self._small = selection.SMALL_ALL_REDUCE_BYTES if self._shared and not debug and self.size > 1 \
-            else 0
+        self._small = selection.SMALL_ALL_REDUCE_BYTES if not debug and self.size > 1 \
+            and transport.name != "cuda" else 0
         # (op, dtype) -> (ufunc, avg, ieee, call key's fields) for the pairs
         # all_reduce has checked
         self._small_ok: dict = {}
@@ -470,7 +470,9 @@ class Communicator(HostsInfo):
                     out = np.empty(x.shape, x.dtype)
                 self._seq += 1
                 uf, avg, ieee, low = ok
-                return self._execute(c, self._seq, SmallAllReduce(x, out, uf, avg), ieee,
+                body = SmallAllReduce(x, out, uf, avg) if self._shared else \
+                    SmallByMessages(x, out, uf, avg, self._choose, self._agree)
+                return self._execute(c, self._seq, body, ieee,
                                      key=low | x.nbytes << BYTES_AT)  # callkey.key
         self._open(c)
         x, out = adopt(x), adopt(out)

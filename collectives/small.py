@@ -1,5 +1,7 @@
-"""The small all-reduce: what a blocking all_reduce of a few bytes on shared
-memory runs when the Communicator takes its fast path (all_reduce there).
+"""The small all-reduce: what a blocking all_reduce of a few bytes runs when
+the Communicator takes its fast path (all_reduce there): on shared memory
+``SmallAllReduce``, below; where the transport moves messages,
+``SmallByMessages``, the default's choice without the general path's checks.
 
 The general path would pick ``direct`` at these sizes, and ``direct`` is one
 round here (the message fits an exchange buffer): this body runs that round,
@@ -44,6 +46,29 @@ def plain_out(x: np.ndarray, out) -> bool:
         return False
     f = out.flags
     return f.c_contiguous and f.writeable and (out is x or not np.may_share_memory(x, out))
+
+
+class SmallByMessages:
+    """The body of a small all-reduce where the transport moves messages
+    (mpi, hier): the default's algorithm, chosen and adapted as on the
+    general path (adapt.py's ``Chooser.run``: ``choose``; ``agree``, its
+    all-reduce), without that path's checks and scheduling."""
+
+    __slots__ = ("x", "out", "uf", "avg", "choose", "agree")
+
+    def __init__(self, x: np.ndarray, out: np.ndarray, uf, avg: bool, choose, agree):
+        self.x, self.out, self.uf, self.avg = x, out, uf, avg
+        self.choose, self.agree = choose, agree
+
+    def __call__(self, ep) -> np.ndarray:
+        x, out = self.x, self.out
+        of = out if out.ndim == 1 else out.reshape(-1)
+        xf = of if x is out else (x if x.ndim == 1 else x.reshape(-1))
+        self.choose.run("all_reduce", of.nbytes, "plain", x is out, ep, (xf, of, self.uf),
+                        self.agree)
+        if self.avg:
+            divide(of, ep.size)
+        return out
 
 
 class SmallAllReduce:
