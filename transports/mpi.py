@@ -421,8 +421,7 @@ class MpiEndpoint(Endpoint):
                              f"(size {self.size}, rank {self.rank})")
 
     def _post(self, start, buf, peer, tag, sending, acc=None, op=None) -> Request:
-        if peer == self.rank or not 0 <= peer < self.size:
-            self._check_peer(peer)
+        self._check_peer(peer)
         # a contiguous numpy array is its own bytes (MPI.BYTE counts them)
         b = buf if type(buf) is np.ndarray and buf.flags.c_contiguous else as_bytes(buf)
         with self.t.lock:
@@ -487,15 +486,15 @@ class MpiEndpoint(Endpoint):
                                ranks=[peer])
 
     def waitall(self, reqs: Iterable[Request]) -> None:
-        pending = [r for r in reqs if not r.test()]  # most small ones are done at once
-        if not pending:
-            return
-        dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
+        pending = [r for r in reqs if not r.finished]
+        dl = None  # set up once a pass leaves some pending (most small ones are done at once)
         polls, nap = 0, 0.0
         while pending:
             still = [r for r in pending if not r.test()]
             if not still:
                 return
+            if dl is None:
+                dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
             if len(still) < len(pending):
                 dl.progress()
                 polls, nap = 0, 0.0
