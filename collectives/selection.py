@@ -79,6 +79,10 @@ class Row:
 
 
 KiB, MiB = 1 << 10, 1 << 20
+# all_to_all's one_copy_or_staged from blocks of this many bytes a rank (and
+# all_to_all_v's from this mean): on communicator-allocated arrays the peers'
+# reads in place beat the staged rounds (the row's measurement)
+ALL_TO_ALL_ALLOCATED_READ_BYTES = 4 * MiB
 # the hierarchical algorithms, first in the rows of every call that has one
 _HIER = Row("hier", "the hier transport: shared memory within a host, MPI between (hosts.md)",
             hier=True)
@@ -156,7 +160,8 @@ TABLE: dict[str, tuple[Row, ...]] = {
     "all_to_all": (
         _HIER,
         Row("one_copy_or_staged", "from 4 MiB: 1.5-1.7x MPICH on communicator-allocated "
-            "arrays, where direct gave 0.9-1.1x", one_copy=True, min_bytes=4 * MiB),
+            "arrays, where direct gave 0.9-1.1x", one_copy=True,
+            min_bytes=ALL_TO_ALL_ALLOCATED_READ_BYTES),
         Row("one_copy_or_staged", "N x S from 32 MiB", one_copy=True, min_total=32 * MiB),
         Row("direct", "staged: one exchange a round (performance.md)", shared=True),
         Row("linear", "messages: every block posted at once while small", max_bytes=4 * KiB),
@@ -205,9 +210,11 @@ MORE: dict[str, tuple[Row, ...]] = {
         Row("linear", "each block moves once"),
     ),
     "all_to_all_v": (
-        Row("one_copy_or_linear", "the ranks' bounds exchanged first, so that every rank "
-            "knows every count, with the blocks up to ALL_TO_ALL_V_INLINE_BYTES a rank; "
-            "from ALL_TO_ALL_V_READ_TOTAL_BYTES in all, one copy", one_copy=True),
+        Row("one_copy_or_staged", "the twin's staged rounds, the first with the ranks' "
+            "bounds, so that every rank knows every count; the rest of each block read in "
+            "place where the twin reads (N > 2: from ALL_TO_ALL_V_READ_TOTAL_BYTES in all)",
+            one_copy=True, shared=True),
+        Row("staged", "without one copy: the twin's staged rounds", shared=True),
         Row("pairwise", "one peer a step, no contention; sizes differ between ranks, so "
             "the choice cannot depend on them"),
     ),
@@ -246,20 +253,14 @@ HUGE_SHARE = 0.75
 # all_to_all's one_copy_or_staged reads plain arrays with process_vm_readv at
 # N = 2 from N x S of this many bytes (below, direct's half-megabyte rounds)
 ALL_TO_ALL_READ_TOTAL_BYTES = 32 << 20
-# all_to_all_v's one_copy_or_linear reads from the peers' x where the count
-# matrix (every rank's blocks together) holds this many bytes, else linear
-# messages (equal counts, interleaved, adaptation off: one_copy over pairwise
-# at N = 2 x 1 MiB 0.55-0.75 in the slow state, 1.05 in the fast one; 0.4-0.6
-# at 4 MiB, 0.6-0.7 at 16 MiB; N = 4 x 1 MiB 0.9-1.15; performance.md,
-# "Variable counts")
+# all_to_all_v's one_copy_or_staged, after its first round, reads the rest of
+# every block from the peers' x at N > 2 where the count matrix (every rank's
+# blocks together) holds this many bytes (equal counts, interleaved,
+# adaptation off, N = 4 x 1 MiB: 0.61-0.71 of the twin's staged direct;
+# performance.md, "Variable counts"); at N = 2 where the twin reads, from
+# ALL_TO_ALL_READ_TOTAL_BYTES, and from ALL_TO_ALL_ALLOCATED_READ_BYTES a rank
+# on communicator-allocated arrays
 ALL_TO_ALL_V_READ_TOTAL_BYTES = 2 << 20
-# and carries each rank's x in the round that exchanges the bounds where every
-# rank's x holds at most this many bytes: then that one round moves every block
-# (equal counts, interleaved, adaptation off, 5 rounds of 200-2000 calls:
-# against linear, 0.84-0.91 at N = 2 from 16 B to 16 KiB a rank, 0.72-0.93 at
-# 64-256 KiB; 0.58-0.70 at N = 4 from 16 B to 64 KiB a rank; past it, where
-# the round moves only the bounds, 1.05-1.4 until the reads take over)
-ALL_TO_ALL_V_INLINE_BYTES = 256 << 10
 # broadcast's one_copy: root writes (1/N of the buffer) from this size, every
 # peer reads all of it below
 WRITE_FROM_BYTES = 256 * 1024

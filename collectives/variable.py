@@ -20,9 +20,11 @@ Bytes on the wire per rank, with S_i rank i's block, T = sum of S_i
                   to each peer ((N-1) S_rank)
   gather_v        linear, one_copy: root receives T - S_root, rank i sends S_i
   scatter_v       linear, one_copy: root sends T - S_root, rank i receives S_i
-  all_to_all_v    pairwise, linear, one_copy: every block for another rank
-                  sent once; one_copy (and one_copy_or_linear) first exchange
-                  the bounds, 2(N+1) int64 to and from each peer (not counted)
+  all_to_all_v    pairwise, linear, one_copy, staged, one_copy_or_staged:
+                  every block for another rank sent once; one_copy first
+                  exchanges the bounds, 2(N+1) int64 to and from each peer,
+                  staged and one_copy_or_staged in their first round (not
+                  counted)
   reduce_scatter_v  ring: the blocks not its own that each step passes,
                   (N-1) blocks of the ring; linear: rank r sends every block
                   but its own to its owner and receives N-1 copies of block r,
@@ -39,12 +41,13 @@ from typing import Sequence
 import numpy as np
 
 from transports import CollectiveError, Endpoint
-from transports.base import as_bytes
 
 from . import ring as _ring
 from . import selection, streaming
 from .algorithm import Algorithm, Family
 from .arrays import address, empty
+from .one_copy import regions_or_staged
+from .ranks import peer_index, round_bytes
 from .ops import in_rank_order
 
 
@@ -183,60 +186,155 @@ def all_to_all_v_one_copy(ep: Endpoint, x, out, sb, rb) -> None:
     _read_blocks(ep, _matrix(ep, sb, rb), x, out, sb, rb)
 
 
-def all_to_all_v_one_copy_or_linear(ep: Endpoint, x, out, sb, rb) -> None:
-    """The ranks' bounds exchanged with ``x`` itself where it fits (``_matrix``):
-    where every rank's did, that round moved every block; else every rank
-    knows the bytes of the whole count matrix and makes the same choice,
-    ``one_copy`` from selection.ALL_TO_ALL_V_READ_TOTAL_BYTES, else ``linear``."""
-    rows = _matrix(ep, sb, rb, x, out)
-    if rows is None:
-        return
-    n = ep.size
-    if sum(v[n] for v in rows) * x.itemsize >= selection.ALL_TO_ALL_V_READ_TOTAL_BYTES:
-        _read_blocks(ep, rows, x, out, sb, rb)
+def all_to_all_v_staged(ep: Endpoint, x, out, sb, rb) -> None:
+    """Rounds through the exchange buffers, as the fixed-count ``direct``:
+    each round every rank stages the next piece (``_step`` elements, the
+    same on every rank) of each block it sends and copies out the pieces
+    addressed to it; the first round carries every rank's bounds too, from
+    which every rank checks the counts and learns how many rounds follow."""
+    _staged(ep, x, out, sb, rb, read=False)
+
+
+def all_to_all_v_one_copy_or_staged(ep: Endpoint, x, out, sb, rb) -> None:
+    """``staged``'s first round (the bounds, and every block where each
+    fits one piece); then, where the count matrix is large enough that the
+    fixed-count twin reads in place (``_reads``), the rest of every block is
+    read where it lies in the peers' ``x``, else ``staged``'s rounds go on."""
+    _staged(ep, x, out, sb, rb, read=True)
+
+
+def _step(ep: Endpoint, x, head: int) -> int:
+    """Elements of a block that one round carries per peer: the fixed-count
+    ``direct``'s round (ranks.round_bytes) shared by the N - 1 peers, a
+    multiple of 64 bytes, where it fits the exchange buffer after the
+    ``head`` bytes of bounds, else what does."""
+    n, item = ep.size, x.itemsize
+    align = max(1, 64 // item)
+    step = round_bytes(ep, x) // ((n - 1) * item)
+    step -= step % align
+    if head + (n - 1) * step * item > ep.chunk_bytes(x):
+        step = (ep.chunk_bytes(x) - head) // ((n - 1) * item)
+        step -= step % align
+    return max(1, step)
+
+
+def _reads(n: int, total: int) -> str:
+    """How ``one_copy_or_staged`` moves the rest of a count matrix of
+    ``total`` bytes, as the fixed-count all_to_all's table does at its mean
+    (selection.py): "read" in place; "regions" where every rank's ``x`` is
+    communicator-allocated, else staged; "staged"."""
+    if total >= (selection.ALL_TO_ALL_V_READ_TOTAL_BYTES if n > 2
+                 else selection.ALL_TO_ALL_READ_TOTAL_BYTES):
+        return "read"
+    if total >= n * selection.ALL_TO_ALL_ALLOCATED_READ_BYTES:
+        return "regions"
+    return "staged"
+
+
+def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None) -> None:
+    """``staged`` (``read``: ``one_copy_or_staged``) from element ``lo`` of
+    every block on, where the first round is done (``rows``, every rank's
+    bounds, known)."""
+    n, r = ep.size, ep.rank
+    words = 2 * (n + 1)
+    head = -(-8 * words // 64) * 64
+    step = _step(ep, x, head)
+    peers = [p for p in range(n) if p != r]
+    rounds = 1 if rows is None else _rounds(rows, n, step)
+    while lo < rounds * step:
+        stage = ep.stage(head + (n - 1) * step * x.itemsize, _BYTE)
+        if rows is None:
+            stage[:8 * words].view(np.int64)[:] = (*sb, *rb)
+        slots = stage[head:].view(x.dtype)
+        sent = recv = 0
+        for j, p in enumerate(peers):  # j: p's index among this rank's peers
+            a = sb[p] + lo
+            e = min(sb[p + 1], a + step)
+            if e > a:
+                slots[j * step:j * step + e - a] = x[a:e]
+                sent += e - a
+            a = rb[p] + lo
+            e = min(rb[p + 1], a + step)
+            if e > a:
+                recv += e - a
+        views = ep.exchange(stage, sent=sent * x.itemsize, recv=recv * x.itemsize)
+        if rows is None:
+            rows = [v[:8 * words].view(np.int64).tolist() for v in views]
+            rounds = _rounds(rows, n, step)  # checks the matrix first
+        for p in peers:
+            a = rb[p] + lo
+            e = min(rb[p + 1], a + step)
+            if e > a:
+                at = peer_index(r, p) * step
+                out[a:e] = views[p][head:].view(x.dtype)[at:at + e - a]
+        lo += step
+        if read and rounds > 1 and lo == step:
+            how = _reads(n, sum(v[n] for v in rows) * x.itemsize)
+            if how != "staged":
+                _read_rest(ep, rows, x, out, sb, rb, step, how)
+                return
+    out[rb[r]:rb[r + 1]] = x[sb[r]:sb[r + 1]]
+
+
+def _rounds(rows, n: int, step: int) -> int:
+    """The rounds of ``step`` elements a block that the longest block of the
+    count matrix (every rank's bounds, ``rows``) takes, at least one, once
+    the matrix is checked: where rank p's block for rank q (its send
+    bounds, ``rows[p][:n+1]``) is not the length that q expects from p
+    (q's receive bounds, ``rows[q][n+1:]``), every rank raises the same
+    error before a byte of ``out`` is written."""
+    most = 0
+    for p, v in enumerate(rows):
+        for q, w in enumerate(rows):
+            sent = v[q + 1] - v[q]
+            if sent != w[n + 2 + p] - w[n + 1 + p]:
+                raise CollectiveError(
+                    f"all_to_all_v counts disagree: rank {p} sends rank {q} {sent} elements "
+                    f"where rank {q} expects {w[n + 2 + p] - w[n + 1 + p]}",
+                    ranks=sorted({p, q}))
+            if sent > most and p != q:
+                most = sent
+    return max(1, -(-most // step))
+
+
+def _read_rest(ep: Endpoint, rows, x, out, sb, rb, lo: int, how: str) -> None:
+    """Elements from ``lo`` on of every block, read where they lie in the
+    peers' ``x`` (``how``: "read", or "regions": only where every rank's
+    ``x`` is communicator-allocated, else in ``staged``'s rounds); and the
+    own block."""
+    n, r, item = ep.size, ep.rank, x.itemsize
+    copy = streaming.copier(out, n)
+
+    def reads(rem):
+        for i in range(1, n):
+            p = (r + i) % n
+            if rb[p + 1] - rb[p] > lo:
+                rem.read(p, (rows[p][r] + lo) * item, out[rb[p] + lo:rb[p + 1]], copy)
+        copy(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+        rem.finish(sent=sum(max(0, sb[q + 1] - sb[q] - lo) for q in range(n) if q != r) * item)
+
+    def staged():
+        _staged(ep, x, out, sb, rb, False, lo, rows)
+    if how == "read":
+        reads(ep.expose(x))
     else:
-        all_to_all_v_linear(ep, x, out, sb, rb)
+        regions_or_staged(ep, x, reads, staged, huge=reads)
 
 
-def _matrix(ep: Endpoint, sb, rb, x=None, out=None) -> list[list[int]] | None:
+def _matrix(ep: Endpoint, sb, rb) -> list[list[int]]:
     """Every rank's send bounds then receive bounds (one small exchange of
     2(N+1) int64 a rank through shared memory, left out of the traffic as
     the one-copy publication's words are, so that the bytes counted are the
-    blocks', as for every algorithm), checked: where rank p's block for
-    rank q is not the length that q expects from p, every rank raises the
-    same error before a byte of ``x`` moves.  With ``x`` and ``out``: each
-    rank's ``x`` rides in the same exchange where it fits
-    (selection.ALL_TO_ALL_V_INLINE_BYTES); where every rank's did, each rank
-    takes its blocks from there into ``out`` and None is returned."""
-    n, r = ep.size, ep.rank
-    head = 16 * (n + 1)
-    room = 0 if x is None else min(selection.ALL_TO_ALL_V_INLINE_BYTES,
-                                   max(0, ep.chunk_bytes(x) - head))
-    inline = x is not None and x.nbytes <= room
-    stage = ep.stage(head + room, _BYTE)
-    stage[:head].view(np.int64)[:] = (*sb, *rb)
-    if inline and x.nbytes:
-        np.copyto(stage[head:head + x.nbytes], as_bytes(x))
-    views = ep.exchange(stage, sent=0, recv=0)
-    rows = [v[:head].view(np.int64).tolist() for v in views]
-    for p, v in enumerate(rows):
-        for q, w in enumerate(rows):
-            sent, want = v[q + 1] - v[q], w[n + 2 + p] - w[n + 1 + p]
-            if sent != want:
-                raise CollectiveError(
-                    f"all_to_all_v counts disagree: rank {p} sends rank {q} {sent} elements "
-                    f"where rank {q} expects {want}", ranks=sorted({p, q}))
-    if x is None or any(v[n] * x.itemsize > room for v in rows):
-        return rows
-    item, o = x.itemsize, as_bytes(out)
-    for p, v in enumerate(rows):
-        at = head + v[r] * item
-        np.copyto(o[rb[p] * item:rb[p + 1] * item], views[p][at:at + (rb[p + 1] - rb[p]) * item])
-    ep.sent_bytes += (sb[n] - (sb[r + 1] - sb[r])) * item
-    ep.recv_bytes += (rb[n] - (rb[r + 1] - rb[r])) * item
-    return None
+    blocks', as for every algorithm), checked (``_rounds``)."""
+    n = ep.size
+    stage = ep.stage(2 * (n + 1), _INT64)
+    stage[:] = (*sb, *rb)
+    rows = [v.tolist() for v in ep.exchange(stage, sent=0, recv=0)]
+    _rounds(rows, n, 1)
+    return rows
 
 
+_INT64 = np.empty(0, np.int64)
 _BYTE = np.empty(0, np.uint8)
 
 
@@ -309,7 +407,9 @@ ALL_TO_ALL_V = Family("all_to_all_v", (
     Algorithm("pairwise", all_to_all_v_pairwise),
     Algorithm("linear", all_to_all_v_linear),
     Algorithm("one_copy", all_to_all_v_one_copy, needs_one_copy=True),
-    Algorithm("one_copy_or_linear", all_to_all_v_one_copy_or_linear, needs_one_copy=True),
+    Algorithm("staged", all_to_all_v_staged, needs_shared_exchange=True),
+    Algorithm("one_copy_or_staged", all_to_all_v_one_copy_or_staged, needs_one_copy=True,
+              needs_shared_exchange=True),
 ), all_to_all_v_alone)
 REDUCE_SCATTER_V = Family("reduce_scatter_v", (
     Algorithm("ring", reduce_scatter_v_ring),

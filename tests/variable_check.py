@@ -136,19 +136,28 @@ def cases(comm):
                                                 algorithm=alg)
                         expect(got, want)
                     add(f"all_to_all_v {alg} {send} {np.dtype(dt)} given={given}", f)
-        # blocks past the bounds round's room (32 KiB a rank) and, in all,
-        # past the 2 MiB from which one_copy_or_linear reads in place
-        for scale in (700, 30000):
-            def f(alg=alg, scale=scale, seed=len(out)):
+        # blocks of several of staged's rounds (512 KiB a round at N = 2) and,
+        # in all, past the 2 MiB from which one_copy_or_staged reads the rest
+        # in place at N > 2; at N = 2, communicator-allocated arrays past the
+        # 4 MiB a rank from which it reads them in place (plain ones: rounds)
+        big = (150000,) if n == 2 and alg in (None, "one_copy_or_staged") else ()
+        for scale, allocated in ((700, False), (30000, False), *((s, a) for s in big
+                                                                  for a in (False, True))):
+            def f(alg=alg, scale=scale, allocated=allocated, seed=len(out)):
                 def cnt(i, j):
                     return scale * ((i + 2 * j) % 3) + j
                 x = np.concatenate([make(np.float64, (cnt(me, j), *REST), 100 * me + j, seed)
                                     for j in range(n)])
+                if allocated:  # one shape on every rank: the longest x
+                    most = max(sum(cnt(i, j) for j in range(n)) for i in range(n))
+                    a = comm.empty((most, *REST), x.dtype)[:len(x)]
+                    a[...] = x
+                    x = a
                 want = np.concatenate([make(np.float64, (cnt(i, me), *REST), 100 * i + me, seed)
                                        for i in range(n)])
                 expect(comm.all_to_all_v(x, [cnt(me, j) for j in range(n)],
                                          [cnt(i, me) for i in range(n)], algorithm=alg), want)
-            add(f"all_to_all_v {alg} rows of {scale}", f)
+            add(f"all_to_all_v {alg} rows of {scale}{' allocated' * allocated}", f)
     for alg in [None] + comm.algorithms("reduce_scatter_v"):
         for cs in patterns(n):
             for dt in DTYPES:
@@ -217,7 +226,7 @@ def cases(comm):
         def a2a(i, j):
             return (i + 2 * j) % 3
         sc, rc = [a2a(me, j) for j in range(n)], [a2a(i, me) for i in range(n)]
-        for alg in ("pairwise", "linear", "one_copy", "one_copy_or_linear"):
+        for alg in ("pairwise", "linear", "one_copy", "staged", "one_copy_or_staged"):
             want[("all_to_all_v", alg)] = ((sum(sc) - sc[me]) * row, (sum(rc) - rc[me]) * row)
         x = make(np.float64, (cs[me], *REST), me)
         full = make(np.float64, (sum(cs), *REST), me)
