@@ -207,15 +207,13 @@ def _step(ep: Endpoint, x, head: int) -> int:
     """Elements of a block that one round carries per peer: the fixed-count
     ``direct``'s round (ranks.round_bytes) shared by the N - 1 peers, a
     multiple of 64 bytes, where it fits the exchange buffer after the
-    ``head`` bytes of bounds, else what does."""
+    ``head`` bytes of bounds, else what does (at least one element)."""
     n, item = ep.size, x.itemsize
-    align = max(1, 64 // item)
     step = round_bytes(ep, x) // ((n - 1) * item)
-    step -= step % align
     if head + (n - 1) * step * item > ep.chunk_bytes(x):
         step = (ep.chunk_bytes(x) - head) // ((n - 1) * item)
-        step -= step % align
-    return max(1, step)
+    align = 64 // item
+    return max(1, step - step % align if step >= align > 0 else step)
 
 
 def _reads(n: int, total: int) -> str:
