@@ -24,7 +24,7 @@ from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
 from .small import SmallAllReduce, SmallByMessages, plain_out
-from .arrays import adopt
+from .arrays import adopt, empty
 from .callkey import BYTES_AT
 from .traffic import Traffic
 from .work import Executor, Work
@@ -94,6 +94,11 @@ class Communicator(HostsInfo):
         self._one_copy = caps.one_copy
         # call -> the algorithms offered here, by name (families.offered)
         self._tables = offered(caps, self._hosts)
+        # all_to_all_v without recv_counts learns them in its first round
+        # (variable.all_to_all_v_learned), which reads the rest in place where offered
+        a2a = self._tables["all_to_all_v"]
+        self._learns = None if self.size == 1 or "staged" not in a2a else \
+            "one_copy_or_staged" in a2a
         # the default choices: the selection table, a tuning file, adaptation
         hosts = transport.hosts
         layout = tuple(hosts.host_of.count(h) for h in range(hosts.hosts))
@@ -589,6 +594,8 @@ class Communicator(HostsInfo):
         sc = args.counts(c, "send_counts", send_counts, self.size)
         args.rows_sum(c, "send_counts", sc, x)
         n, matrix = self.size, None
+        if recv_counts is None and name is None and self._learns is not None and _row(x):
+            return self._all_to_all_v_learned(c, x, sc, out, async_op)
         if recv_counts is None:  # every rank's send_counts, to every rank
             matrix = self._every(sc).tolist()
             rc = tuple(int(matrix[j][self.rank]) for j in range(n))
@@ -610,6 +617,35 @@ class Communicator(HostsInfo):
         return self._variable(c, name, flat, x, out, twin,
                               (x.reshape(-1), out.reshape(-1), sb, rb), out, async_op,
                               (total, x.dtype, None, None, name), equal=equal)
+
+    def _all_to_all_v_learned(self, c: str, x, sc: tuple, out, async_op: bool):
+        """The default ``all_to_all_v`` without ``recv_counts`` where the
+        exchange goes through shared memory: one collective whose first round
+        tells each rank what it receives (variable.all_to_all_v_learned), no
+        round of agreement before it; ``out``, where given, is checked here
+        but for its rows, which that round checks on every rank."""
+        rest = x.shape[1:]
+        if out is not None:
+            v.array(c, "out", out, writable=True, device=self._device)
+            args.has_rows(c, "out", out)
+            v.out(c, out, (out.shape[0], *rest), x, "(sum(recv_counts), *x.shape[1:])",
+                  self._device)
+            if np.may_share_memory(x, out):
+                raise ValueError(f"{c}: out overlaps x; all_to_all_v has no in-place form")
+        sb, xf = variable.bounds(sc, _row(x)), x.reshape(-1)
+        of = None if out is None else out.reshape(-1)
+
+        row, read = _row(x), self._learns
+
+        def make(elements: int):
+            o = empty((elements // row, *rest), x)
+            return o, o.reshape(-1)
+
+        def body(ep):
+            got = variable.all_to_all_v_learned(ep, xf, of, sb, row, make, read)
+            return out if out is not None else got
+        return self._run(c, body, async_op, (0, x.dtype, None, None, None),
+                         self._on_device(x))
 
     def reduce_scatter_v(self, x, counts, out=None, op="sum", *,
                          algorithm: str | None = None, async_op: bool = False):

@@ -229,10 +229,27 @@ def _reads(n: int, total: int) -> str:
     return "staged"
 
 
-def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None) -> None:
+def all_to_all_v_learned(ep: Endpoint, x, out, sb, row: int, make, read: bool = True):
+    """``one_copy_or_staged`` where this rank does not know what it receives
+    (``recv_counts`` None): the first round's bounds tell every rank the
+    column of the count matrix that is its receive counts, so no round is
+    spent agreeing them first.  ``row``: the elements of a row of ``x``;
+    ``out``: the caller's flat result, or None, then ``make(elements)``
+    returns (the result, its flat view).  Every rank raises the same error
+    where the ranks' rows differ in length, where a rank's ``out`` does not
+    hold what is sent to it, or where some ranks pass receive counts and
+    others do not.  ``read``: the rest read in place where the fixed-count
+    twin reads (else rounds only).  Returns the result."""
+    got = [out]
+    _staged(ep, x, out, sb, None, read, learn=(row, make, got))
+    return got[0]
+
+
+def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
+            learn=None) -> None:
     """``staged`` (``read``: ``one_copy_or_staged``) from element ``lo`` of
     every block on, where the first round is done (``rows``, every rank's
-    bounds, known)."""
+    bounds, known); ``learn``: ``all_to_all_v_learned``'s, ``rb`` None."""
     n, r = ep.size, ep.rank
     words = 2 * (n + 1)
     head = -(-8 * words // 64) * 64
@@ -241,8 +258,9 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None) ->
     rounds = 1 if rows is None else _rounds(rows, n, step)
     while lo < rounds * step:
         stage = ep.stage(head + (n - 1) * step * x.itemsize, _BYTE)
-        if rows is None:
-            stage[:8 * words].view(np.int64)[:] = (*sb, *rb)
+        if rows is None:  # the bounds: send then receive, or (learn) send, LEARN, row, out
+            stage[:8 * words].view(np.int64)[:] = (*sb, *rb) if learn is None else \
+                (*sb, LEARN, learn[0], -1 if out is None else out.size, *(0,) * (n - 2))
         slots = stage[head:].view(x.dtype)
         sent = recv = 0
         for j, p in enumerate(peers):  # j: p's index among this rank's peers
@@ -251,14 +269,20 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None) ->
             if e > a:
                 slots[j * step:j * step + e - a] = x[a:e]
                 sent += e - a
-            a = rb[p] + lo
-            e = min(rb[p + 1], a + step)
-            if e > a:
-                recv += e - a
+            if rb is not None:
+                a = rb[p] + lo
+                e = min(rb[p + 1], a + step)
+                if e > a:
+                    recv += e - a
         views = ep.exchange(stage, sent=sent * x.itemsize, recv=recv * x.itemsize)
         if rows is None:
             rows = [v[:8 * words].view(np.int64).tolist() for v in views]
             rounds = _rounds(rows, n, step)  # checks the matrix first
+            if learn is not None:
+                rb = _learned(rows, n, r)
+                if out is None:
+                    learn[2][0], out = learn[1](rb[n])
+                ep.recv_bytes += sum(min(rb[p + 1] - rb[p], step) for p in peers) * x.itemsize
         for p in peers:
             a = rb[p] + lo
             e = min(rb[p + 1], a + step)
@@ -274,18 +298,47 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None) ->
     out[rb[r]:rb[r + 1]] = x[sb[r]:sb[r + 1]]
 
 
+LEARN = -1  # where a rank's receive bounds start (always 0): it learns them
+
+
+def _learned(rows, n: int, r: int) -> list[int]:
+    """Rank ``r``'s receive bounds: the column ``r`` of the count matrix
+    (every rank's send bounds and, at ``n + 2`` and ``n + 3``, the elements
+    of its rows and of its ``out``, -1 for none), once every rank's rows
+    are checked alike and every ``out`` against what is sent to it."""
+    if len({v[n + 2] for v in rows}) > 1:
+        raise CollectiveError(
+            "the ranks' rows differ in length: " + ", ".join(
+                f"rank {p}'s rows hold {v[n + 2]} elements" for p, v in enumerate(rows)),
+            ranks=list(range(n)))
+    for q, w in enumerate(rows):
+        total = sum(v[q + 1] - v[q] for v in rows)
+        if w[n + 3] != -1 and w[n + 3] != total:
+            raise CollectiveError(
+                f"rank {q}'s out differs from what is sent to it: it holds "
+                f"{w[n + 3]} elements where the blocks sent to it hold {total}", ranks=[q])
+    return bounds([v[r + 1] - v[r] for v in rows], 1)
+
+
 def _rounds(rows, n: int, step: int) -> int:
     """The rounds of ``step`` elements a block that the longest block of the
     count matrix (every rank's bounds, ``rows``) takes, at least one, once
     the matrix is checked: where rank p's block for rank q (its send
     bounds, ``rows[p][:n+1]``) is not the length that q expects from p
-    (q's receive bounds, ``rows[q][n+1:]``), every rank raises the same
-    error before a byte of ``out`` is written."""
+    (q's receive bounds, ``rows[q][n+1:]``, where it passed them), every
+    rank raises the same error before a byte of ``out`` is written; so it
+    does where some ranks pass their receive counts and others do not."""
+    learn = [p for p, v in enumerate(rows) if v[n + 1] == LEARN]
+    if learn and len(learn) < n:
+        raise CollectiveError(
+            f"the ranks' recv_counts differ: rank(s) {learn} pass None "
+            "where the others pass counts",
+            ranks=learn)
     most = 0
     for p, v in enumerate(rows):
         for q, w in enumerate(rows):
             sent = v[q + 1] - v[q]
-            if sent != w[n + 2 + p] - w[n + 1 + p]:
+            if not learn and sent != w[n + 2 + p] - w[n + 1 + p]:
                 raise CollectiveError(
                     f"all_to_all_v counts disagree: rank {p} sends rank {q} {sent} elements "
                     f"where rank {q} expects {w[n + 2 + p] - w[n + 1 + p]}",

@@ -7,7 +7,9 @@ root) passes something else than the others: a dtype of the same item
 size (float32 against int32), another op (max against sum), another root;
 at 8 B, 64 KiB and 1 MiB, with the default and with every algorithm
 offered; and counts that disagree (rank 1 believes rank 0 has a row more)
-in the variable-count calls.  Each case runs on a fresh sub-communicator of a world that no
+in the variable-count calls, and in all_to_all_v's default rank 1 passing
+no recv_counts where the others pass them, or, with none passed, an out of
+a row more or rows of another length.  Each case runs on a fresh sub-communicator of a world that no
 case touches; each rank records ``["raised", class, seconds, message]``,
 or ``["returned", what its next call (a barrier) did]``, and rank 0 writes ``{case: [record per rank]}``.
 Run it with a short COLLECTIVES_TIMEOUT: a rank that would hang fails its
@@ -66,6 +68,15 @@ def run(comm, kind: str, call: str, alg, nbytes: int, odd: bool | None = None):
         return comm.all_gather_v(np.ones(rows[comm.rank], dt), rows, algorithm=alg)
     if call == "reduce_scatter_v":
         return comm.reduce_scatter_v(np.ones(sum(rows), dt), rows, algorithm=alg)
+    if call == "all_to_all_v/recv":  # rank 1 passes no recv_counts, the others do
+        recv = None if kind == "counts" and odd else [count] * n
+        return comm.all_to_all_v(np.ones(count * n, dt), [count] * n, recv, algorithm=alg)
+    if call == "all_to_all_v/out":  # no recv_counts; rank 1's out holds a row more
+        out = np.empty(count * n + (kind == "counts" and odd), dt)
+        return comm.all_to_all_v(np.ones(count * n, dt), [count] * n, out=out, algorithm=alg)
+    if call == "all_to_all_v/row":  # no recv_counts; rank 1's rows hold two elements
+        x = np.ones((count * n, 1 + (kind == "counts" and odd)), dt)
+        return comm.all_to_all_v(x, [count] * n, algorithm=alg)
     if call == "all_to_all_v":  # rank 1 expects a row more from rank 0 than rank 0 sends it
         recv = [count + 1 if kind == "counts" and odd and j == 0 else count for j in range(n)]
         return comm.all_to_all_v(np.ones(count * n, dt), [count] * n, recv, algorithm=alg)
@@ -75,14 +86,27 @@ def run(comm, kind: str, call: str, alg, nbytes: int, odd: bool | None = None):
 CALLS = {"dtype": ("all_reduce", "reduce_scatter", "broadcast", "gather"),
          "op": ("all_reduce", "reduce_scatter", "reduce", "scan"),
          "root": ("reduce", "broadcast", "gather", "scatter", "gather_v"),
-         "counts": ("all_gather_v", "reduce_scatter_v", "all_to_all_v")}
+         "counts": ("all_gather_v", "reduce_scatter_v", "all_to_all_v", "all_to_all_v/recv",
+                    "all_to_all_v/out", "all_to_all_v/row")}
+
+
+def _algorithms(comm, call: str) -> list:
+    """The default, and every algorithm offered; all_to_all_v's variants
+    without recv_counts: the default, where it learns them in its first
+    round (shm: then every rank checks every out; elsewhere a rank's wrong
+    out is its own ValueError, after the agreement)."""
+    if call in ("all_to_all_v/out", "all_to_all_v/row"):
+        return [None] if "staged" in comm.algorithms("all_to_all_v") else []
+    if call == "all_to_all_v/recv":
+        return [None]
+    return [None] + comm.algorithms(call)
 
 
 def cases(comm) -> list[tuple[str, str, object, int]]:
     out = []
     for kind, calls in CALLS.items():
         for call in calls:
-            for alg in [None] + comm.algorithms(call):
+            for alg in _algorithms(comm, call):
                 for nb in SIZES if alg is None else SIZES[:1] + SIZES[-1:]:
                     out.append((kind, call, alg, nb))
     return out

@@ -243,6 +243,17 @@ def cases(comm):
                 comm.reduce_scatter_v(full, cs, algorithm=alg)
             d = comm.traffic - before
             assert (d.sent_bytes, d.recv_bytes) == (sent, recv), (call, alg, d, sent, recv)
+        if "staged" not in comm.algorithms("all_to_all_v"):
+            return
+        # the default without recv_counts learns them in its first round (one
+        # round, and blocks of several rounds, read in place past it at N > 2)
+        for scale in (1, 30000):
+            s2, r2 = [scale * k for k in sc], [scale * k for k in rc]
+            before = comm.traffic
+            comm.all_to_all_v(make(np.float64, (sum(s2), *REST), me), s2)
+            d = comm.traffic - before
+            want2 = ((sum(s2) - s2[me]) * row, (sum(r2) - r2[me]) * row)
+            assert (d.sent_bytes, d.recv_bytes) == want2, ("learned", scale, d, want2)
     add("traffic", traffic)
 
     def objects():
