@@ -764,7 +764,7 @@ class Communicator(HostsInfo):
         """``run(ep, *args)`` of algorithm ``name`` of a call of ``MORE``, or
         of the table's where None (``nbytes``: the same on every rank: a
         variable-count call's whole concatenation)."""
-        chosen = name or selection.row(call, nbytes, self._choose.where).algorithm
+        chosen = name or self._choose.base(call, nbytes)  # the table's row, remembered
         fam = MORE[call]
         return lambda ep, *args: fam.run(chosen, ep, *args)
 

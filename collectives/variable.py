@@ -35,6 +35,7 @@ gather, ...; the Communicator does), with that call's choice of algorithm.
 """
 from __future__ import annotations
 
+import struct
 from itertools import accumulate
 from typing import Sequence
 
@@ -216,6 +217,29 @@ def _step(ep: Endpoint, x, head: int) -> int:
     return max(1, step - step % align if step >= align > 0 else step)
 
 
+def _layout(ep: Endpoint, x) -> tuple:
+    """``_staged``'s round for arrays like ``x``: (the bytes of the head
+    that holds the bounds, ``_step``, this rank's peers, the round's bytes,
+    the head's struct of 2(N+1) int64), the same on every call of a
+    shape (kept: a call's Python is most of a small one's time)."""
+    key = (ep.size, ep.rank, x.dtype, ep.chunk_bytes(x))
+    got = _LAYOUTS.get(key)
+    if got is None:
+        n, r = ep.size, ep.rank
+        words = 2 * (n + 1)
+        head = -(-8 * words // 64) * 64
+        step = _step(ep, x, head)
+        if len(_LAYOUTS) > 64:
+            _LAYOUTS.clear()
+        got = _LAYOUTS[key] = (head, step, [p for p in range(n) if p != r],
+                               head + (n - 1) * step * x.itemsize,
+                               struct.Struct(f"<{words}q"))
+    return got
+
+
+_LAYOUTS: dict = {}
+
+
 def _reads(n: int, total: int) -> str:
     """How ``one_copy_or_staged`` moves the rest of a count matrix of
     ``total`` bytes, as the fixed-count all_to_all's table does at its mean
@@ -251,16 +275,13 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
     every block on, where the first round is done (``rows``, every rank's
     bounds, known); ``learn``: ``all_to_all_v_learned``'s, ``rb`` None."""
     n, r = ep.size, ep.rank
-    words = 2 * (n + 1)
-    head = -(-8 * words // 64) * 64
-    step = _step(ep, x, head)
-    peers = [p for p in range(n) if p != r]
+    head, step, peers, nbytes, bounds_of = _layout(ep, x)
     rounds = 1 if rows is None else _rounds(rows, n, step)
     while lo < rounds * step:
-        stage = ep.stage(head + (n - 1) * step * x.itemsize, _BYTE)
+        stage = ep.stage(nbytes, _BYTE)
         if rows is None:  # the bounds: send then receive, or (learn) send, LEARN, row, out
-            stage[:8 * words].view(np.int64)[:] = (*sb, *rb) if learn is None else \
-                (*sb, LEARN, learn[0], -1 if out is None else out.size, *(0,) * (n - 2))
+            bounds_of.pack_into(stage, 0, *sb, *rb) if learn is None else bounds_of.pack_into(
+                stage, 0, *sb, LEARN, learn[0], -1 if out is None else out.size, *(0,) * (n - 2))
         slots = stage[head:].view(x.dtype)
         sent = recv = 0
         for j, p in enumerate(peers):  # j: p's index among this rank's peers
@@ -276,7 +297,7 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
                     recv += e - a
         views = ep.exchange(stage, sent=sent * x.itemsize, recv=recv * x.itemsize)
         if rows is None:
-            rows = [v[:8 * words].view(np.int64).tolist() for v in views]
+            rows = [bounds_of.unpack_from(v) for v in views]
             rounds = _rounds(rows, n, step)  # checks the matrix first
             if learn is not None:
                 rb = _learned(rows, n, r)
