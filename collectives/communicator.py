@@ -586,37 +586,38 @@ class Communicator(HostsInfo):
         """``x`` holds the blocks for ranks 0..N-1 in order (``send_counts[j]``
         rows for rank j); the result the blocks from ranks 0..N-1
         (``recv_counts[j]`` rows from rank j), shape (sum(recv_counts),
-        *x.shape[1:]).  ``recv_counts`` None: the ranks agree every count first
-        (one small all_reduce), and run the fixed-count all_to_all where all
-        are equal."""
+        *x.shape[1:]).  ``recv_counts`` None: on shm the default's first round
+        tells each rank what it receives (``_all_to_all_v_learned``);
+        elsewhere the ranks agree every count first (one small all_reduce),
+        and run the fixed-count all_to_all where all are equal."""
         c = "all_to_all_v"
         name, x, out = self._begin(c, algorithm, x, out)
         sc = args.counts(c, "send_counts", send_counts, self.size)
         args.rows_sum(c, "send_counts", sc, x)
-        n, matrix = self.size, None
-        if recv_counts is None and name is None and self._learns is not None and _row(x):
+        row = _row(x)
+        if recv_counts is None and name is None and self._learns is not None and row:
             return self._all_to_all_v_learned(c, x, sc, out, async_op)
+        n, matrix = self.size, None
         if recv_counts is None:  # every rank's send_counts, to every rank
             matrix = self._every(sc).tolist()
             rc = tuple(int(matrix[j][self.rank]) for j in range(n))
         else:
             rc = args.counts(c, "recv_counts", recv_counts, self.size)
-        row = _row(x)
         out, _ = args.result(c, x, out, (sum(rc), *x.shape[1:]),
                              "(sum(recv_counts), *x.shape[1:])", self._device)
         if isinstance(x, np.ndarray) and np.may_share_memory(x, out):
             raise ValueError(f"{c}: out overlaps x; all_to_all_v has no in-place form")
-        sb, rb = variable.bounds(sc, row), variable.bounds(rc, row)
-        # the fixed-count twin where every rank knows that every count is
-        # equal (the agreed matrix); the counts in the call key where every
-        # rank knows them all
-        flat = None if matrix is None else tuple(k for r in matrix for k in r)
-        equal = flat is not None and len(set(flat)) == 1
-        total = 0 if flat is None else sum(flat) * row
-        twin = (x.reshape(-1), out.reshape(-1))
-        return self._variable(c, name, flat, x, out, twin,
-                              (x.reshape(-1), out.reshape(-1), sb, rb), out, async_op,
-                              (total, x.dtype, None, None, name), equal=equal)
+        xf, of = x.reshape(-1), out.reshape(-1)
+        vargs = (xf, of, variable.bounds(sc, row), variable.bounds(rc, row))
+        if matrix is None:  # each rank knows its row and column of the matrix alone
+            return self._move(c, self._more(c, name, 0), vargs, out, async_op,
+                              (0, x.dtype, None, None, name), x)
+        # the fixed-count twin where every count is equal; the counts in the
+        # call key, which every rank knows
+        flat = tuple(k for r in matrix for k in r)
+        return self._variable(c, name, flat, x, out, (xf, of), vargs, out, async_op,
+                              (sum(flat) * row, x.dtype, None, None, name),
+                              equal=len(set(flat)) == 1)
 
     def _all_to_all_v_learned(self, c: str, x, sc: tuple, out, async_op: bool):
         """The default ``all_to_all_v`` without ``recv_counts`` where the
