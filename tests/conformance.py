@@ -717,8 +717,8 @@ def main(argv: list[str]) -> int:
     if os.environ.get("CONFORMANCE_GATHER_SPLIT"):
         # gather's one_copy at N = 2 shares the copy of every block, not only
         # of blocks from 4 MiB: the small cases here run its split too
-        import collectives.gather
-        collectives.gather.SPLIT_BLOCK_BYTES = 1
+        from collectives import selection
+        selection.SPLIT_BLOCK_BYTES = 1
     if transport == "cuda":  # CuPy arrays; each rank on a GPU of its own where there are enough
         global xp, DTYPES
         from collectives.dtypes import DEVICE_DTYPES  # CuPy has no bfloat16

@@ -50,10 +50,17 @@ MUTANTS: list[Mutant] = [
            **conformance(3, "shm", "reduce_scatter"),
            why="direct reduce-scatter combines the ranks last to first"),
     Mutant("small_path_forgets_avg", "bits", "collectives/small.py",
-           "        if self.avg:", "        if False:  # avg",
+           "                in_rank_order(views, self.uf, of)\n        if self.avg:",
+           "                in_rank_order(views, self.uf, of)\n        if False:  # avg",
            **conformance(3, "shm", "default"),
            why="the small all-reduce fast path (from the second call of an op and dtype) "
            "does not divide by the number of ranks"),
+    Mutant("small_messages_forget_avg", "bits", "collectives/small.py",
+           "                        self.agree)\n        if self.avg:",
+           "                        self.agree)\n        if False:  # avg",
+           **conformance(3, "mpi", "default"),
+           why="the small all-reduce fast path on message transports does not divide by "
+           "the number of ranks"),
     # -- faults --------------------------------------------------------------------------
     Mutant("dead_peer_unseen", "faults", "transports/base.py",
            "        return [r for r in ranks if self.local[r] and not _alive(self.pids[r])]",
@@ -167,6 +174,22 @@ MUTANTS: list[Mutant] = [
            "for i in (d.mine, *d.block_of.values()))", "for i in (d.mine,))",
            ("tests/test_one_copy.py::test_in_place_all_to_all_reads_where_huge_pages_back_every_source",),
            "each rank decides on its own source's huge pages alone: ranks take different paths"),
+    # -- variable counts -------------------------------------------------------------------
+    Mutant("a2a_v_wrong_slot", "collectives", "collectives/variable.py",
+           "                at = peer_index(r, p) * step",
+           "                at = peer_index(p, r) * step",
+           ("tests/test_variable.py::test_variable_calls_against_numpy[3-shm]",),
+           "a rank copies out the piece its peer staged for another rank (all_to_all_v staged)"),
+    Mutant("a2a_v_learned_row", "collectives", "collectives/variable.py",
+           "    return bounds([v[r + 1] - v[r] for v in rows], 1)",
+           "    return bounds([rows[r][q + 1] - rows[r][q] for q in range(n)], 1)",
+           ("tests/test_variable.py::test_variable_calls_against_numpy[3-shm]",),
+           "without recv_counts a rank takes its send counts (its row) for what it receives"),
+    Mutant("a2a_v_matrix_unchecked", "collectives", "collectives/variable.py",
+           "            if not learn and sent != ", "            if False and sent != ",
+           ("tests/test_variable.py::test_disagreeing_ranks_raise[2-shm]",),
+           "all_to_all_v's ranks no longer compare the count matrix: a rank that expects a "
+           "row more reads past its peer's block"),
     # -- the trainer -----------------------------------------------------------------------
     Mutant("zero_accumulation_lost", "trainer", "trainer/strategies/zero.py",
            "                    piece += own", "                    piece[:] = own",
@@ -179,8 +202,8 @@ MUTANTS: list[Mutant] = [
            "DDP averages its gradient buckets although the loss is already divided by the "
            "global batch: gradients N times too small"),
     Mutant("zero_shard_offset", "trainer", "trainer/strategies/zero.py",
-           "(self.lay.shard_start[g], mine[g], param_piece(g))",
-           "(self.lay.start[g], mine[g], param_piece(g))",
+           "            start = self.lay.shard_starts[self.rank]",
+           "            start = self.lay.start",
            (f"{TRAINER}[shm-2]",),
            "Adam updates a group at its offset in the flat buffer, not in the shard"),
 ]
