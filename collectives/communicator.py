@@ -596,7 +596,7 @@ class Communicator(HostsInfo):
         args.rows_sum(c, "send_counts", sc, x)
         row = _row(x)
         if recv_counts is None and name is None and self._learns is not None and row:
-            return self._all_to_all_v_learned(c, x, sc, out, async_op)
+            return self._all_to_all_v_learned(c, x, sc, row, out, async_op)
         n, matrix = self.size, None
         if recv_counts is None:  # every rank's send_counts, to every rank
             matrix = self._every(sc).tolist()
@@ -619,12 +619,13 @@ class Communicator(HostsInfo):
                               (sum(flat) * row, x.dtype, None, None, name),
                               equal=len(set(flat)) == 1)
 
-    def _all_to_all_v_learned(self, c: str, x, sc: tuple, out, async_op: bool):
+    def _all_to_all_v_learned(self, c: str, x, sc: tuple, row: int, out, async_op: bool):
         """The default ``all_to_all_v`` without ``recv_counts`` where the
         exchange goes through shared memory: one collective whose first round
         tells each rank what it receives (variable.all_to_all_v_learned), no
         round of agreement before it; ``out``, where given, is checked here
-        but for its rows, which that round checks on every rank."""
+        but for its rows, which that round checks on every rank (``row``: the
+        elements of a row of ``x``)."""
         rest = x.shape[1:]
         if out is not None:
             v.array(c, "out", out, writable=True, device=self._device)
@@ -633,10 +634,9 @@ class Communicator(HostsInfo):
                   self._device)
             if np.may_share_memory(x, out):
                 raise ValueError(f"{c}: out overlaps x; all_to_all_v has no in-place form")
-        sb, xf = variable.bounds(sc, _row(x)), x.reshape(-1)
+        sb, xf = variable.bounds(sc, row), x.reshape(-1)
         of = None if out is None else out.reshape(-1)
-
-        row, read = _row(x), self._learns
+        read = self._learns
 
         def make(elements: int):
             o = empty((elements // row, *rest), x)

@@ -184,7 +184,8 @@ def all_to_all_v_one_copy(ep: Endpoint, x, out, sb, rb) -> None:
     """The ranks' bounds exchanged (``_matrix``), each rank reads its block
     of every peer's ``x`` where it lies into its place in ``out``, and
     copies its own."""
-    _read_blocks(ep, _matrix(ep, sb, rb), x, out, sb, rb)
+    rows = _matrix(ep, sb, rb)
+    _read_blocks(ep.expose(x), ep, rows, x, out, sb, rb)
 
 
 def all_to_all_v_staged(ep: Endpoint, x, out, sb, rb) -> None:
@@ -279,9 +280,11 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
     rounds = 1 if rows is None else _rounds(rows, n, step)
     while lo < rounds * step:
         stage = ep.stage(nbytes, _BYTE)
-        if rows is None:  # the bounds: send then receive, or (learn) send, LEARN, row, out
-            bounds_of.pack_into(stage, 0, *sb, *rb) if learn is None else bounds_of.pack_into(
-                stage, 0, *sb, LEARN, learn[0], -1 if out is None else out.size, *(0,) * (n - 2))
+        if rows is None and learn is None:  # the bounds: send then receive
+            bounds_of.pack_into(stage, 0, *sb, *rb)
+        elif rows is None:  # send, then LEARN, the elements of a row and of out
+            bounds_of.pack_into(stage, 0, *sb, LEARN, learn[0],
+                                -1 if out is None else out.size, *(0,) * (n - 2))
         slots = stage[head:].view(x.dtype)
         sent = recv = 0
         for j, p in enumerate(peers):  # j: p's index among this rank's peers
@@ -374,23 +377,13 @@ def _read_rest(ep: Endpoint, rows, x, out, sb, rb, lo: int, how: str) -> None:
     peers' ``x`` (``how``: "read", or "regions": only where every rank's
     ``x`` is communicator-allocated, else in ``staged``'s rounds); and the
     own block."""
-    n, r, item = ep.size, ep.rank, x.itemsize
-    copy = streaming.copier(out, n)
-
     def reads(rem):
-        for i in range(1, n):
-            p = (r + i) % n
-            if rb[p + 1] - rb[p] > lo:
-                rem.read(p, (rows[p][r] + lo) * item, out[rb[p] + lo:rb[p + 1]], copy)
-        copy(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
-        rem.finish(sent=sum(max(0, sb[q + 1] - sb[q] - lo) for q in range(n) if q != r) * item)
-
-    def staged():
-        _staged(ep, x, out, sb, rb, False, lo, rows)
+        _read_blocks(rem, ep, rows, x, out, sb, rb, lo)
     if how == "read":
         reads(ep.expose(x))
     else:
-        regions_or_staged(ep, x, reads, staged, huge=reads)
+        regions_or_staged(ep, x, reads, lambda: _staged(ep, x, out, sb, rb, False, lo, rows),
+                          huge=reads)
 
 
 def _matrix(ep: Endpoint, sb, rb) -> list[list[int]]:
@@ -410,18 +403,18 @@ _INT64 = np.empty(0, np.int64)
 _BYTE = np.empty(0, np.uint8)
 
 
-def _read_blocks(ep: Endpoint, rows, x, out, sb, rb) -> None:
-    """Block ``rank`` of every peer's ``x`` (where ``rows``, ``_matrix``,
-    says it lies) read into its place in ``out``; then the own block."""
+def _read_blocks(rem, ep: Endpoint, rows, x, out, sb, rb, lo: int = 0) -> None:
+    """Block ``rank`` of every peer's ``x`` (published: ``rem``; where
+    ``rows``, ``_matrix``, says it lies), from element ``lo`` on, read into
+    its place in ``out``; then the own block."""
     n, r = ep.size, ep.rank
     item = x.itemsize
-    rem = ep.expose(x)
     copy = streaming.copier(out, n)
     for i in range(1, n):
         p = (r + i) % n
-        rem.read(p, rows[p][r] * item, out[rb[p]:rb[p + 1]], copy)
+        rem.read(p, (rows[p][r] + lo) * item, out[rb[p] + lo:rb[p + 1]], copy)
     copy(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
-    rem.finish(sent=(sb[n] - (sb[r + 1] - sb[r])) * item)
+    rem.finish(sent=sum(max(0, sb[q + 1] - sb[q] - lo) for q in range(n) if q != r) * item)
 
 
 def all_to_all_v_alone(x, out, sb, rb) -> None:
