@@ -172,7 +172,7 @@ finish() {  # the summary (steps not reached say so); exit 0 only if every step 
 why() {  # the telling line of a failed command's output: its exception, else its last line
     local e
     e=$(grep -E '^[A-Za-z_.]*(Error|Exception|Exit)\b' <<<"$1" | tail -1)
-    [ -n "$e" ] || e=$(grep -v '^\s*$' <<<"$1" | tail -1)
+    [ -n "$e" ] || e=$(grep -v '^[-=*[:space:]]*$' <<<"$1" | tail -1)  # not a rule of dashes
     echo "${e:-no output}" | cut -c1-240
 }
 
@@ -205,11 +205,34 @@ install_mpich() {  # install_mpich WHY: MPICH from its wheel, for mpi4py and the
     MPIEXEC=$WORK/mpich/bin/mpiexec
 }
 
+world_of_2() {  # the launcher's flags for its kind (MPIFLAGS), then a world of 2 ranks,
+    # or fail; what the ranks said in $WORK/world.txt
+    export MPIEXEC  # tests/launch.py launches with it, and with GFORKER where that is set
+    [ -z "${GFORKER-}" ] && [ -x "$(dirname "$MPIEXEC")/mpiexec.gforker" ] &&
+        export GFORKER=$(dirname "$MPIEXEC")/mpiexec.gforker
+    # Open MPI's launcher is told of more ranks than cores and of root
+    # (collectives/launcher.py; its mpiexec says "Open MPI", "OpenRTE" or
+    # "PRRTE" of itself); MPICH's needs neither
+    MPIFLAGS=()
+    if "$MPIEXEC" --version 2>&1 | grep -qiE "open mpi|open-mpi|openrte|prte"; then
+        MPIFLAGS=(--oversubscribe)
+        [ "$(id -u)" = 0 ] && MPIFLAGS+=(--allow-run-as-root)
+    fi
+    # one write per rank: the ranks' lines may interleave (PYTHONUNBUFFERED)
+    t 30 "$MPIEXEC" ${MPIFLAGS[@]+"${MPIFLAGS[@]}"} -n 2 "$PY" -c 'import sys; from mpi4py import MPI
+sys.stdout.write(f"<world {MPI.COMM_WORLD.Get_size()}>\n")' >"$WORK/world.txt"
+    [ "$(grep -o '<world [0-9]*>' "$WORK/world.txt" | grep -c '<world 2>')" = 2 ]
+}
+
 preflight() {
     local got mpi
     begin preflight
     log "python: $PY"
     command -v "$PY" >/dev/null || missing "python: '$PY' is not a command (set PYTHON)"
+    # by its path: a launcher's ranks may see another PATH (Open MPI 4's found
+    # a python3 without mpi4py)
+    PY=$("$PY" -c 'import sys; print(sys.executable)') || missing "a Python that runs ($PY)"
+    log "python: $PY"
     command -v nvidia-smi >/dev/null &&
         t 10 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     got=$(t 30 "$PY" -c '
@@ -227,7 +250,7 @@ print(f"CuPy {cupy.__version__}, {n} GPU(s)")') || missing "CuPy with a GPU unde
     else
         MPIEXEC=$(find_launcher mpiexec)
     fi
-    mpi='from mpi4py import MPI; print(" ".join(MPI.Get_library_version().splitlines()[0].split()))'
+    mpi='from mpi4py import MPI; print(" ".join(MPI.Get_library_version().replace("\0", "").splitlines()[0].split()))'
     if ! got=$(t 30 "$PY" -c "$mpi"); then
         install_mpich "mpi4py loads no MPI library: $(why "$got")"
         got=$(t 30 "$PY" -c "$mpi") || missing "an MPI library that mpi4py loads ($(why "$got"))"
@@ -235,21 +258,15 @@ print(f"CuPy {cupy.__version__}, {n} GPU(s)")') || missing "CuPy with a GPU unde
         install_mpich "no mpiexec beside $PY or on PATH"
     fi
     info="$info, ${got##*$'\n'}"
-    export MPIEXEC  # tests/launch.py launches with it, and with GFORKER where that is set
-    [ -z "${GFORKER-}" ] && [ -x "$(dirname "$MPIEXEC")/mpiexec.gforker" ] &&
-        export GFORKER=$(dirname "$MPIEXEC")/mpiexec.gforker
-    # Open MPI's launcher is told of more ranks than cores and of root
-    # (collectives/launcher.py); MPICH's needs neither
-    MPIFLAGS=()
-    if "$MPIEXEC" --version 2>&1 | grep -qi "open mpi"; then
-        MPIFLAGS=(--oversubscribe)
-        [ "$(id -u)" = 0 ] && MPIFLAGS+=(--allow-run-as-root)
+    if ! world_of_2; then  # a launcher that starts no world: MPICH's, from the wheel, if not yet
+        [ "$MPIEXEC" = "$WORK/mpich/bin/mpiexec" ] &&
+            missing "a world of 2 ranks from '$MPIEXEC -n 2' ($(why "$(cat "$WORK/world.txt")"))"
+        install_mpich "'$MPIEXEC -n 2' starts no world of 2 ($(why "$(cat "$WORK/world.txt")"))"
+        got=$(t 30 "$PY" -c "$mpi") || missing "an MPI library that mpi4py loads ($(why "$got"))"
+        info="${info%, *}, ${got##*$'\n'}"
+        world_of_2 ||
+            missing "a world of 2 ranks from '$MPIEXEC -n 2' ($(why "$(cat "$WORK/world.txt")"))"
     fi
-    # one write per rank: the ranks' lines may interleave (PYTHONUNBUFFERED)
-    got=$(t 30 "$MPIEXEC" ${MPIFLAGS[@]+"${MPIFLAGS[@]}"} -n 2 "$PY" -c 'import sys; from mpi4py import MPI
-sys.stdout.write(f"<world {MPI.COMM_WORLD.Get_size()}>\n")')
-    [ "$(grep -o '<world [0-9]*>' <<<"$got" | grep -c '<world 2>')" = 2 ] ||
-        missing "a world of 2 ranks from '$MPIEXEC -n 2' ($(why "$got"))"
     verdict 0 "$cupy; $info; $MPIEXEC -n 2: a world of 2"
 }
 

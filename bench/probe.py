@@ -9,6 +9,7 @@
                                           [--alloc comm] [--huge-pages on|off]
     mpiexec -n N python -m bench.probe small [SIZE,...] [--reps R]   # the small all-reduce's two rounds
     mpiexec -n N python -m bench.probe dtypes [SIZE,...] [--reps R]  # half types against float32
+    mpiexec -n N python -m bench.probe cuda [SIZE,...] [--reps R]    # the wait between processes
 
 ``ab`` times MPI's collective and each algorithm in turn, R times over, and
 prints the median of each: interleaving keeps a machine whose speed drifts
@@ -25,12 +26,18 @@ default, ``on``), for MPI's buffers and ours alike.
 its compiled round and with Python's (the kernels switched off around the
 loop) against ``MPI_Allreduce``, and prints time ratios to MPI (our time /
 MPI's: the small-message targets are put that way).
+``cuda`` (needs CuPy and a GPU; the communicator is ``cuda``) times a
+send/recv round trip between ranks 0 and 1 of numpy and of CuPy arrays, then
+``all_reduce`` of CuPy arrays at each size, R interleaved rounds, medians:
+on ranks that share a GPU the CuPy round trip is the wait between their
+contexts, whatever the size (docs/gpu.md).
 Rank 0 prints; every figure is per call, the slowest rank's mean.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 import numpy as np
@@ -326,6 +333,40 @@ def dtypes(comm, world, args) -> None:
             print(f"N={n} all_reduce {nbytes:>9} B ({alg})  " + "  ".join(cells), flush=True)
 
 
+def cuda(comm, world, args) -> None:
+    """Round trips of numpy and CuPy messages, then all_reduce on CuPy arrays."""
+    import cupy
+    r, n = comm.rank, comm.size
+
+    def pingpong(x):
+        def run():
+            if r == 0:
+                comm.send(x, 1)
+                comm.recv(x, 1)
+            elif r == 1:
+                comm.recv(x, 0)
+                comm.send(x, 0)
+        return run
+    rows = []
+    if n > 1:
+        rows += [(f"round trip 0 <-> 1, {name}", pingpong(x), 100) for name, x in (
+            ("numpy 4 B", np.zeros(1, np.float32)), ("CuPy 4 B", cupy.zeros(1, np.float32)),
+            ("CuPy 16 MiB", cupy.zeros(1 << 22, np.float32)))]
+    for nbytes in args.sizes:
+        x = cupy.ones(nbytes // 4, np.float32)
+        rows.append((f"all_reduce CuPy {nbytes} B ({comm.choose_algorithm('all_reduce', nbytes)})",
+                     lambda x=x: comm.all_reduce(x), max(5, min(100, (256 << 20) // nbytes))))
+    times: dict = {name: [] for name, _, _ in rows}
+    for _ in range(args.reps):  # interleaved rounds
+        for name, fn, iters in rows:
+            times[name].append(_timed(world, fn, iters) * 1e6)
+    if r == 0:
+        slots = comm._t.dev_slot_bytes if n > 1 else 0
+        print(f"N={n} transport cuda, device slots of {slots} B; medians of {args.reps} rounds")
+        for name, _, _ in rows:
+            print(f"{statistics.median(times[name]):9.1f} us  {name}", flush=True)
+
+
 def main() -> None:
     from .cli import parse_size
     p = argparse.ArgumentParser(prog="python -m bench.probe", description=__doc__,
@@ -351,6 +392,10 @@ def main() -> None:
     dt.add_argument("sizes", nargs="?", default=[1 << 20, 4 << 20, 16 << 20],
                     type=lambda s: [parse_size(v) for v in s.split(",")])
     dt.add_argument("--reps", type=int, default=7)
+    cu = sub.add_parser("cuda")
+    cu.add_argument("sizes", nargs="?", default=[1 << 20, 64 << 20],
+                    type=lambda s: [parse_size(v) for v in s.split(",")])
+    cu.add_argument("--reps", type=int, default=5)
     a = sub.add_parser("ab")
     a.add_argument("collective")
     a.add_argument("algorithms")
@@ -366,9 +411,10 @@ def main() -> None:
         core.multiarray._set_madvise_hugepage(False)
     import collectives as cc
     from mpi4py import MPI
-    with cc.init(getattr(args, "transport", "shm")) as comm:
+    transport = "cuda" if args.probe == "cuda" else getattr(args, "transport", "shm")
+    with cc.init(transport) as comm:
         {"coherence": coherence, "cma": cma, "latency": latency, "share": share, "ab": ab,
-         "small": small, "dtypes": dtypes, "huge": huge}[args.probe](
+         "small": small, "dtypes": dtypes, "huge": huge, "cuda": cuda}[args.probe](
             comm, MPI.COMM_WORLD, args)
 
 

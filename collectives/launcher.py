@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 KINDS = ("mpich", "openmpi")
+# what Open MPI's launchers say of themselves in ``--version`` (lowercased)
+OPEN_MPI_WORDS = ("open mpi", "open-mpi", "openrte", "prte")
 
 
 def find(name: str = "mpiexec", variable: str = "MPIEXEC") -> str:
@@ -42,15 +44,16 @@ def find(name: str = "mpiexec", variable: str = "MPIEXEC") -> str:
 
 @functools.lru_cache(maxsize=None)
 def kind_of(path: str) -> str:
-    """"openmpi" where ``path --version`` says Open MPI (or PRRTE), else
-    "mpich" (Hydra, and launchers that say nothing of themselves, as
-    gforker does)."""
+    """"openmpi" where ``path --version`` says Open MPI: its name, PRRTE
+    (Open MPI 5) or OpenRTE (Open MPI 4, whose ``mpiexec --version`` reads
+    "mpiexec (OpenRTE) 4.1.6"); else "mpich" (Hydra, and launchers that say
+    nothing of themselves, as gforker does)."""
     try:
         p = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
         said = (p.stdout + p.stderr).lower()
     except (OSError, subprocess.SubprocessError):
         return "mpich"
-    return "openmpi" if "open mpi" in said or "prte" in said else "mpich"
+    return "openmpi" if any(w in said for w in OPEN_MPI_WORDS) else "mpich"
 
 
 class Launcher:

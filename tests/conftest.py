@@ -27,6 +27,11 @@ NUMPY = "shm+numpy"
 # algorithms alone, as where process_vm_readv is refused
 NO_ONE_COPY = "shm+staged"
 VARIANT_ENV = {NUMPY: {"COLLECTIVES_KERNELS": "0"}, NO_ONE_COPY: {"COLLECTIVES_ONE_COPY": "0"}}
+# the cuda transport's conformance jobs (GPU and stand-in) cut messages into
+# 64 KiB device chunks, so that the larger cases cross several chunks and
+# slots; the default slot size (4-64 MiB) is checked by cuda_checks.py and
+# by the benchmark's --check in bench/gpu_check.sh
+CUDA_CHUNKS_ENV = {"COLLECTIVES_CUDA_SLOT_BYTES": str(64 << 10)}
 # the families a variant's jobs run (unless CONFORMANCE_FAMILIES says); all if absent
 VARIANT_FAMILIES = {NO_ONE_COPY: ["default", "all_gather"]}
 
@@ -68,6 +73,8 @@ def conformance_results(n: int, transport: str, layout: str | None = None,
         with tempfile.TemporaryDirectory() as d:
             env = CMA_ENV if transport == CMA else standin_env() if transport == STANDIN \
                 else VARIANT_ENV.get(transport, {})
+            if transport.split("+")[0] == "cuda":
+                env = {**env, **CUDA_CHUNKS_ENV}
             only = [f for f in os.environ.get(FAMILIES_ENV, "").split(",") if f] or \
                 VARIANT_FAMILIES.get(transport, [])
             argv = ["tests/conformance.py", transport.split("+")[0], d, *only]

@@ -167,3 +167,22 @@ def test_auto_stays_on_shared_memory_without_cupy():
                           "print(f'<{c.transport}>', flush=True); c.close()"], timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.count("<shm>") == 2, p.stdout
+
+
+def test_device_slot_bytes_follow_ranks_and_gpu_memory():
+    from transports.cuda import MAX_SLOT_BYTES, MIN_SLOT_BYTES, slot_bytes
+    gib, mib = 1 << 30, 1 << 20
+    # one 141 GB GPU: a region of at most 1 GiB a rank, 2·(N−1)·4 slots in it
+    assert slot_bytes(2, 4, 141 * gib, 1) == MAX_SLOT_BYTES          # 128 MiB fit: capped
+    assert slot_bytes(4, 4, 141 * gib, 1) == 32 * mib                # 1 GiB / 24 = 42.7 MiB
+    assert slot_bytes(8, 4, 141 * gib, 1) == 16 * mib                # 1 GiB / 56 = 18.3 MiB
+    # a 16 GiB GPU shared by 8 ranks: 1/16 of it a rank (128 MiB): the floor
+    assert slot_bytes(8, 4, 16 * gib, 1) == MIN_SLOT_BYTES
+    # the same ranks on 8 such GPUs: 1 GiB a rank again
+    assert slot_bytes(8, 4, 16 * gib, 8) == 16 * mib
+    assert slot_bytes(2, 8, 141 * gib, 1) == 64 * mib                # 1 GiB / 16
+    assert slot_bytes(1, 4, 141 * gib, 1) == MIN_SLOT_BYTES          # no peers: no region
+    for n in range(2, 9):  # a power of two between the bounds, the region within its budget
+        b = slot_bytes(n, 4, 24 * gib, 1)
+        assert MIN_SLOT_BYTES <= b <= MAX_SLOT_BYTES and b & (b - 1) == 0
+        assert b == MIN_SLOT_BYTES or 2 * (n - 1) * 4 * b <= min(gib, 24 * gib // (16 * n))

@@ -87,3 +87,35 @@ def test_preflight_installs_mpich_from_its_wheel(tmp_path):
     lines = summary_lines(tmp_path)
     assert "mpich/bin/mpiexec -n 2: a world of 2" in lines["preflight"], log
     assert all("skipped" in lines[s] for s in STEPS[1:]), lines  # GPU_CHECK_STEPS=""
+
+
+def _refusing_launcher(tmp_path):
+    """An mpiexec that says it is Open MPI 4's and starts nothing (as Debian's
+    Open MPI refuses a Python whose mpi4py its ranks cannot import)."""
+    fake = tmp_path / "bin" / "mpiexec"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "mpiexec (OpenRTE) 4.1.6"; exit 0; }\n'
+                    'echo "ModuleNotFoundError: No module named \'mpi4py\'" >&2; exit 1\n')
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_preflight_names_a_launcher_that_starts_no_world(tmp_path):
+    p = gpu_check(tmp_path, "--dry-run", timeout=60, MPIEXEC=_refusing_launcher(tmp_path),
+                  GPU_CHECK_WHEELS=str(tmp_path / "no-wheels"), GPU_CHECK_STEPS="")
+    assert p.returncode != 0
+    line = next((x for x in p.stdout.splitlines() if "gpu_check: missing:" in x), "")
+    assert "starts no world of 2" in line and "No module named 'mpi4py'" in line \
+        and "--fetch-wheels" in line, p.stdout
+
+
+def test_preflight_falls_back_to_mpich_where_the_launcher_starts_no_world(tmp_path):
+    wheels = sorted((ROOT / ".whl").glob("mpich-*.whl"))
+    if not wheels:
+        pytest.skip("no mpich wheel in .whl/ (bash bench/gpu_check.sh --fetch-wheels)")
+    p = gpu_check(tmp_path, "--dry-run", timeout=90, MPIEXEC=_refusing_launcher(tmp_path),
+                  GPU_CHECK_STEPS="")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    log = (tmp_path / "preflight.log").read_text()
+    assert "starts no world of 2" in log and f"installing {wheels[-1].name}" in log, log
+    assert "mpich/bin/mpiexec -n 2: a world of 2" in summary_lines(tmp_path)["preflight"], log

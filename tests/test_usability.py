@@ -219,3 +219,19 @@ def test_launcher_words():
     assert mpich(3, ["p", "q"], H="a") == ["mpiexec", "-n", "3", "-env", "H", "a", "p", "q"]
     with pytest.raises(ValueError, match="mpich, openmpi"):
         Launcher("mpiexec", "lam")
+
+
+@pytest.mark.parametrize("said,kind", [
+    ("mpiexec (OpenRTE) 4.1.6\n\nReport bugs to http://www.open-mpi.org/community/help/",
+     "openmpi"),                                                    # Open MPI 4 (Debian's)
+    ("prterun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/",
+     "openmpi"),                                                    # Open MPI 5
+    ("HYDRA build details:\n    Version:                                 5.0.2", "mpich"),
+    ("", "mpich")])                                                 # gforker says nothing
+def test_launcher_kind_from_its_version(tmp_path, said, kind):
+    """Which MPI a launcher belongs to, from what its --version prints."""
+    from collectives.launcher import kind_of
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\ncat <<'EOF'\n" + said + "\nEOF\n")
+    fake.chmod(0o755)
+    assert kind_of(str(fake)) == kind

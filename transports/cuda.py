@@ -7,9 +7,12 @@ array's bytes move through device memory instead, through the endpoint's
 hook for chunks outside the segment (slot kind ``EXTERNAL``):
 
 * **Device slots** (``cuda_ipc``): each rank's ``cudaMalloc``'d region,
-  cut per endpoint and per peer into as many slots as a host channel has
-  (``COLLECTIVES_CUDA_SLOT_BYTES``, 4 MiB by default); the header of host
-  slot k describes what device slot k holds.
+  cut per endpoint and per peer into as many slots as a host channel has;
+  the header of host slot k describes what device slot k holds.  Every
+  chunk costs one wait between processes (on a GPU that the ranks share,
+  a switch between their contexts: about 280 us one way on an H200), so
+  slots are as large as the region allows (``slot_bytes``: 4 to 64 MiB),
+  or ``COLLECTIVES_CUDA_SLOT_BYTES``.
 * **IPC.** At start-up every rank exports its region's handle and the
   handles of its interprocess events; they travel as raw bytes in MPI
   ``Allgather`` calls (nothing is pickled); every rank opens each peer's
@@ -51,8 +54,12 @@ from .shm.messages import Recv, Send, Unexpected
 from .shm.segment import PAGE, align, open_segment
 from .shm.slots import EXTERNAL, ShmEndpoint
 
-DEFAULT_SLOT_BYTES = 4 << 20
+MIN_SLOT_BYTES = 4 << 20     # device slot bytes chosen between these (slot_bytes)
+MAX_SLOT_BYTES = 64 << 20
+REGION_BYTES = 1 << 30       # at most this much device memory a rank for its slots ...
+REGION_SHARE = 16            # ... and at most 1/16 of its GPU's memory per rank on that GPU
 _NOT_READY = 600          # cudaErrorNotReady, from cudaEventQuery
+_NAP_MAX = 200e-6         # settle's longest sleep between looks at the stream
 _NOTHING = np.empty(0, np.uint8)
 
 
@@ -82,11 +89,35 @@ def wanted(mpicomm) -> bool:
     return _wire.all_true(mpicomm, mine)
 
 
-def _settings() -> int:
-    slot_bytes = env_int("COLLECTIVES_CUDA_SLOT_BYTES", DEFAULT_SLOT_BYTES)
-    if slot_bytes <= 0 or slot_bytes % 256:
-        raise ValueError("COLLECTIVES_CUDA_SLOT_BYTES must be a positive multiple of 256")
-    return slot_bytes
+def slot_bytes(size: int, nslots: int, gpu_bytes: int, gpus: int) -> int:
+    """The device slot's bytes for ``size`` ranks with ``nslots`` slots a
+    channel, on ``gpus`` GPUs of ``gpu_bytes`` each: the largest power of two
+    that fits the region (2·(size−1)·nslots slots in at most REGION_BYTES,
+    and in 1/REGION_SHARE of a GPU per rank sharing it), between
+    MIN_SLOT_BYTES and MAX_SLOT_BYTES."""
+    if size < 2:
+        return MIN_SLOT_BYTES
+    sharing = -(-size // max(1, gpus))
+    region = min(REGION_BYTES, gpu_bytes // (REGION_SHARE * sharing))
+    per_slot = region // (2 * (size - 1) * nslots)
+    if per_slot < MIN_SLOT_BYTES:
+        return MIN_SLOT_BYTES
+    return min(MAX_SLOT_BYTES, 1 << (per_slot.bit_length() - 1))
+
+
+def _settings(size: int, nslots: int) -> int:
+    """Rank 0's device slot bytes: COLLECTIVES_CUDA_SLOT_BYTES, else slot_bytes()."""
+    if os.environ.get("COLLECTIVES_CUDA_SLOT_BYTES", "").strip():
+        given = env_int("COLLECTIVES_CUDA_SLOT_BYTES", 0)
+        if given <= 0 or given % 256:
+            raise ValueError("COLLECTIVES_CUDA_SLOT_BYTES must be a positive multiple of 256")
+        return given
+    try:
+        rt = _cupy().cuda.runtime
+        return slot_bytes(size, nslots, rt.memGetInfo()[1], rt.getDeviceCount())
+    except Exception as e:  # every rank raises it (rank0_settings), none waits
+        raise ValueError(f"transport='cuda': reading the GPU's memory size failed: "
+                         f"{type(e).__name__}: {e}") from None
 
 
 class DevSend(Send):
@@ -152,8 +183,7 @@ class CudaEndpoint(ShmEndpoint):
         super().__init__(t.seg, ctx, strict, t.settings, t.liveness, t.timeout,
                          watch=t.watch, regions=t.regions)
         self.t = t  # its device, streams, IPC slots and events
-        self.external_bytes = t.dev_slot_bytes
-        self.ops: dict = {}
+        self.ops: dict = {}  # external_bytes: the device slot's, set by the transport
 
     def attach(self, filled, drained, peer_drained, peer_filled) -> None:
         """Per peer, per slot: this rank's events (filled as sender, drained as
@@ -279,10 +309,17 @@ class CudaTransport(ShmTransport):
 
     def __init__(self, mpicomm, timeout: float, pids, local):
         agree(mpicomm, probe(), "transport='cuda' needs CuPy and a CUDA device on every rank")
-        self.dev_slot_bytes = _wire.rank0_settings(mpicomm, _settings)  # before the endpoints
         super().__init__(mpicomm, timeout, pids, local)
         cp = self.cp = _cupy()
         self.rt = cp.cuda.runtime
+        try:
+            self.dev_slot_bytes = _wire.rank0_settings(
+                mpicomm, lambda: _settings(self.size, self.nslots))
+        except BaseException:
+            super().close()
+            raise
+        for ep in (self.coll, self.p2p):
+            ep.external_bytes = self.dev_slot_bytes
         self.ipc = IpcSlots(self.rt, self.rank, self.size, self.nslots, self.dev_slot_bytes)
         self._flags = None  # release flags for close(): rank r sets byte r once it has unmapped
         try:
@@ -351,11 +388,15 @@ class CudaTransport(ShmTransport):
 
     def settle(self, ep: "CudaEndpoint") -> None:
         """Return once ``ep``'s stream has done all its work, polling with the
-        endpoint's deadline (a dead peer or a stalled GPU raises, not hangs)."""
+        endpoint's deadline (a dead peer or a stalled GPU raises, not hangs).
+        It looks as the host waits do (COLLECTIVES_SPIN: many looks where
+        every rank has a core, few where they share), then sleeps from
+        20 us doubling to _NAP_MAX."""
         rt = self.rt
         ev = ep.done_event.ptr
         rt.eventRecord(ev, ep.stream.ptr)
         dl, polls, nap = None, 0, 0.0
+        spin = max(1, ep.settings.spin)
         peers = [p for p in range(self.size) if p != self.rank]
         while True:
             status = rt.eventQuery(ev)
@@ -364,12 +405,12 @@ class CudaTransport(ShmTransport):
             if status != _NOT_READY:
                 raise CollectiveError(f"CUDA error {status} in {ep.what}")
             polls += 1
-            if polls < 64:
+            if polls < spin:
                 os.sched_yield()
                 continue
             dl = dl or Deadline(self.timeout, self.rank)
             dl.check(self.liveness, lambda: peers, lambda: peers, ep.what)
-            nap = min(0.001, nap * 2 or 2e-5)
+            nap = min(_NAP_MAX, nap * 2 or 2e-5)
             time.sleep(nap)
 
     def on_device(self, body, call: str):

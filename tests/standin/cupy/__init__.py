@@ -286,6 +286,9 @@ class _Runtime(types.SimpleNamespace):
     def getDevice(self):
         return self.current
 
+    def memGetInfo(self):  # (free, total) of a 16 GiB device
+        return 12 << 30, 16 << 30
+
     def setDevice(self, i):
         if not 0 <= i < _DEVICES:
             raise CUDARuntimeError(f"cudaErrorInvalidDevice: device {i}")
