@@ -241,6 +241,13 @@ def _layout(ep: Endpoint, x) -> tuple:
 _LAYOUTS: dict = {}
 
 
+def _bare(read: bool, n: int, own: int) -> bool:
+    """Whether a rank whose blocks hold ``own`` bytes in all sends its first
+    round without data (``_staged``): from 3 ranks, where the rest is read
+    and its own bytes alone make the total read (``_reads``)."""
+    return read and n > 2 and own >= selection.ALL_TO_ALL_V_READ_TOTAL_BYTES
+
+
 def _reads(n: int, total: int) -> str:
     """How ``one_copy_or_staged`` moves the rest of a count matrix of
     ``total`` bytes, as the fixed-count all_to_all's table does at its mean
@@ -278,6 +285,13 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
     n, r = ep.size, ep.rank
     head, step, peers, nbytes, bounds_of = _layout(ep, x)
     rounds = 1 if rows is None else _rounds(rows, n, step)
+    item = x.itemsize
+    # from 3 ranks, a rank whose own blocks alone reach the total from which
+    # the rest is read (_reads) knows that it will be: its first round
+    # carries its bounds and no data (every rank tells so from its bounds:
+    # _bare), and the peers read its blocks whole
+    first = rows is None  # this round carries the bounds
+    bare_me = first and _bare(read, n, sb[n] * item)
     while lo < rounds * step:
         stage = ep.stage(nbytes, _BYTE)
         if rows is None and learn is None:  # the bounds: send then receive
@@ -287,37 +301,41 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
                                 -1 if out is None else out.size, *(0,) * (n - 2))
         slots = stage[head:].view(x.dtype)
         sent = recv = 0
-        for j, p in enumerate(peers):  # j: p's index among this rank's peers
+        for j, p in enumerate(() if bare_me and first else peers):  # j: p's index
             a = sb[p] + lo
             e = min(sb[p + 1], a + step)
             if e > a:
                 slots[j * step:j * step + e - a] = x[a:e]
                 sent += e - a
-            if rb is not None:
+            if not first:  # the first round's: counted once the bounds are known
                 a = rb[p] + lo
                 e = min(rb[p + 1], a + step)
                 if e > a:
                     recv += e - a
-        views = ep.exchange(stage, sent=sent * x.itemsize, recv=recv * x.itemsize)
-        if rows is None:
+        views = ep.exchange(stage, sent=sent * item, recv=recv * item)
+        bare = ()
+        if first:  # every rank's bounds
+            first = False
             rows = [bounds_of.unpack_from(v) for v in views]
             rounds = _rounds(rows, n, step)  # checks the matrix first
             if learn is not None:
                 rb = _learned(rows, n, r)
                 if out is None:
                     learn[2][0], out = learn[1](rb[n])
-                ep.recv_bytes += sum(min(rb[p + 1] - rb[p], step) for p in peers) * x.itemsize
+            bare = {p for p in peers if _bare(read, n, rows[p][n] * item)}
+            ep.recv_bytes += sum(min(rb[p + 1] - rb[p], step) for p in peers
+                                 if p not in bare) * item
         for p in peers:
             a = rb[p] + lo
             e = min(rb[p + 1], a + step)
-            if e > a:
+            if e > a and p not in bare:
                 at = peer_index(r, p) * step
                 out[a:e] = views[p][head:].view(x.dtype)[at:at + e - a]
         lo += step
-        if read and rounds > 1 and lo == step:
-            how = _reads(n, sum(v[n] for v in rows) * x.itemsize)
+        if read and (rounds > 1 or bare or bare_me) and lo == step:
+            how = _reads(n, sum(v[n] for v in rows) * item)
             if how != "staged":
-                _read_rest(ep, rows, x, out, sb, rb, step, how)
+                _read_rest(ep, rows, x, out, sb, rb, step, how, bare, bare_me)
                 return
     out[rb[r]:rb[r + 1]] = x[sb[r]:sb[r + 1]]
 
@@ -372,13 +390,16 @@ def _rounds(rows, n: int, step: int) -> int:
     return max(1, -(-most // step))
 
 
-def _read_rest(ep: Endpoint, rows, x, out, sb, rb, lo: int, how: str) -> None:
+def _read_rest(ep: Endpoint, rows, x, out, sb, rb, lo: int, how: str, bare=(),
+               bare_me: bool = False) -> None:
     """Elements from ``lo`` on of every block, read where they lie in the
     peers' ``x`` (``how``: "read", or "regions": only where every rank's
     ``x`` is communicator-allocated, else in ``staged``'s rounds); and the
-    own block."""
+    own block.  The blocks of the ranks in ``bare`` (this rank's:
+    ``bare_me``), whose first round carried no data, are read whole
+    (``_bare``: then ``how`` is "read")."""
     def reads(rem):
-        _read_blocks(rem, ep, rows, x, out, sb, rb, lo)
+        _read_blocks(rem, ep, rows, x, out, sb, rb, lo, bare, bare_me)
     if how == "read":
         reads(ep.expose(x))
     else:
@@ -403,18 +424,22 @@ _INT64 = np.empty(0, np.int64)
 _BYTE = np.empty(0, np.uint8)
 
 
-def _read_blocks(rem, ep: Endpoint, rows, x, out, sb, rb, lo: int = 0) -> None:
+def _read_blocks(rem, ep: Endpoint, rows, x, out, sb, rb, lo: int = 0, bare=(),
+                 bare_me: bool = False) -> None:
     """Block ``rank`` of every peer's ``x`` (published: ``rem``; where
-    ``rows``, ``_matrix``, says it lies), from element ``lo`` on, read into
-    its place in ``out``; then the own block."""
+    ``rows``, ``_matrix``, says it lies), from element ``lo`` on (from 0 for
+    the peers in ``bare``, and for this rank's blocks where ``bare_me``),
+    read into its place in ``out``; then the own block."""
     n, r = ep.size, ep.rank
     item = x.itemsize
     copy = streaming.copier(out, n)
     for i in range(1, n):
         p = (r + i) % n
-        rem.read(p, (rows[p][r] + lo) * item, out[rb[p] + lo:rb[p + 1]], copy)
+        at = 0 if p in bare else lo
+        rem.read(p, (rows[p][r] + at) * item, out[rb[p] + at:rb[p + 1]], copy)
     copy(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
-    rem.finish(sent=sum(max(0, sb[q + 1] - sb[q] - lo) for q in range(n) if q != r) * item)
+    mine = 0 if bare_me else lo
+    rem.finish(sent=sum(max(0, sb[q + 1] - sb[q] - mine) for q in range(n) if q != r) * item)
 
 
 def all_to_all_v_alone(x, out, sb, rb) -> None:

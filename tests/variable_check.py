@@ -158,6 +158,31 @@ def cases(comm):
                 expect(comm.all_to_all_v(x, [cnt(me, j) for j in range(n)],
                                          [cnt(i, me) for i in range(n)], algorithm=alg), want)
             add(f"all_to_all_v {alg} rows of {scale}{' allocated' * allocated}", f)
+        # from 3 ranks, a rank whose own blocks reach the read total sends its
+        # first round without data and is read whole: rank 0 alone here, the
+        # others' first rounds carry data; and a rank whose one large block
+        # is its own (every other block within one round)
+        mixed = {"rank 0 sends most": lambda i, j: (40000 if i == 0 else 300) + j,
+                 "rank 0 keeps most": lambda i, j: 100000 if i == j == 0 else 5 + j}
+        for what, cnt in mixed.items() if n > 2 else ():
+            for given in (True, False):
+                def f(alg=alg, cnt=cnt, given=given, seed=len(out)):
+                    x = np.concatenate([make(np.float64, (cnt(me, j), *REST), 100 * me + j, seed)
+                                        for j in range(n)])
+                    want = np.concatenate([make(np.float64, (cnt(i, me), *REST), 100 * i + me,
+                                                seed) for i in range(n)])
+                    before = comm.traffic
+                    expect(comm.all_to_all_v(x, [cnt(me, j) for j in range(n)],
+                                             [cnt(i, me) for i in range(n)] if given else None,
+                                             algorithm=alg), want)
+                    d, row = comm.traffic - before, REST[0]
+                    moved = ((sum(cnt(me, j) for j in range(n)) - cnt(me, me)) * row * 8,
+                             (sum(cnt(i, me) for i in range(n)) - cnt(me, me)) * row * 8)
+                    # the blocks' bytes, and nothing else: with the counts given,
+                    # and by the default on shm without them (its first round tells)
+                    if given or (alg is None and comm.transport == "shm"):
+                        assert (d.sent_bytes, d.recv_bytes) == moved, (what, alg, d, moved)
+                add(f"all_to_all_v {alg} {what} given={given}", f)
     for alg in [None] + comm.algorithms("reduce_scatter_v"):
         for cs in patterns(n):
             for dt in DTYPES:
