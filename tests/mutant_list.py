@@ -190,6 +190,12 @@ MUTANTS: list[Mutant] = [
            ("tests/test_variable.py::test_disagreeing_ranks_raise[2-shm]",),
            "all_to_all_v's ranks no longer compare the count matrix: a rank that expects a "
            "row more reads past its peer's block"),
+    Mutant("a2a_v_bare_unread", "collectives", "collectives/variable.py",
+           "            bare = {p for p in peers if _bare(read, n, rows[p][n] * item)}",
+           "            bare = set()",
+           ("tests/test_variable.py::test_variable_calls_against_numpy[3-shm]",),
+           "a rank whose first round carried bounds alone is taken to have sent data: its "
+           "blocks' first pieces are copied from an empty round and never read"),
     # -- the trainer -----------------------------------------------------------------------
     Mutant("zero_accumulation_lost", "trainer", "trainer/strategies/zero.py",
            "                    piece += own", "                    piece[:] = own",
