@@ -3,8 +3,9 @@
     mpiexec -n N python tests/cuda_checks.py
     mpiexec -n N python tests/cuda_checks.py setup-fails WORD...
 
-Bad input (each raises before any byte moves), numpy arrays beside CuPy
-ones on one communicator, CuPy arrays refused by a host-only transport, and
+The variable-count calls on CuPy arrays against numpy, bad input (each
+raises before any byte moves), numpy arrays beside CuPy ones on one
+communicator, CuPy arrays refused by a host-only transport, and
 numpy and CuPy arrays mixed between ranks (a CollectiveError, not a hang).
 ``setup-fails``: transport='cuda' must raise ValueError with every WORD in
 its message on every rank (a set-up step made to fail on one rank, through
@@ -52,10 +53,72 @@ def bad_inputs(comm):
         yield "send to self", lambda: comm.send(x, comm.rank), ValueError, ["dst"]
 
 
+def variable_counts(comm) -> list[str]:
+    """The variable-count calls on CuPy arrays, every algorithm offered and
+    the default, counts given and agreed (None), zero counts among them,
+    two dtypes and a row shape, against numpy; and their traffic, with the
+    counts given, against the blocks' bytes."""
+    n, r = comm.size, comm.rank
+    fails = []
+
+    def check(what, got, want):
+        if got is not None and not isinstance(got, cupy.ndarray):
+            fails.append(f"{what}: returned {type(got).__name__}, not a CuPy array")
+        elif (got is None) != (want is None) or (
+                want is not None and not np.array_equal(cupy.asnumpy(got), want)):
+            fails.append(f"{what}: wrong result")
+
+    def block(rows, dt, tag):
+        return (np.arange(rows * 3).reshape(rows, 3) + 1000 * tag).astype(dt)
+    for dt in (np.float64, np.int32):
+        for cs in ([i + 1 for i in range(n)], [0] * n, [(2 * i) % 3 for i in range(n)]):
+            parts = [block(c, dt, i) for i, c in enumerate(cs)]
+            full = np.concatenate(parts)
+            x = cupy.asarray(parts[r])
+            for alg in [None] + comm.algorithms("all_gather_v"):
+                for counts in (cs, None):
+                    check(f"all_gather_v {alg} {cs} counts={counts is not None} {dt.__name__}",
+                          comm.all_gather_v(x, counts, algorithm=alg), full)
+            for root in sorted({0, n - 1}):
+                for alg in [None] + comm.algorithms("gather_v"):
+                    check(f"gather_v {alg} {cs} root={root}",
+                          comm.gather_v(x, cs, root=root, algorithm=alg),
+                          full if r == root else None)
+                for alg in [None] + comm.algorithms("scatter_v"):
+                    check(f"scatter_v {alg} {cs} root={root}",
+                          comm.scatter_v(cupy.asarray(full) if r == root else x, cs, root=root,
+                                         algorithm=alg), parts[r])
+            for alg in [None] + comm.algorithms("reduce_scatter_v"):
+                xs = cupy.asarray(np.concatenate([block(c, dt, 7 * r) for c in cs]))
+                want = sum(np.concatenate([block(c, dt, 7 * q) for c in cs])
+                           for q in range(n))[sum(cs[:r]):sum(cs[:r + 1])]
+                check(f"reduce_scatter_v {alg} {cs} {dt.__name__}",
+                      comm.reduce_scatter_v(xs, cs, algorithm=alg), want)
+
+            def cnt(i, j):  # rows rank i sends rank j
+                return (cs[i] + j) % 3 if cs[i] else 0
+            xa = cupy.asarray(np.concatenate([block(cnt(r, j), dt, 10 * r + j) for j in range(n)]))
+            wa = np.concatenate([block(cnt(i, r), dt, 10 * i + r) for i in range(n)])
+            for alg in [None] + comm.algorithms("all_to_all_v"):
+                for given in (True, False):
+                    before = comm.traffic
+                    got = comm.all_to_all_v(xa, [cnt(r, j) for j in range(n)],
+                                            [cnt(i, r) for i in range(n)] if given else None,
+                                            algorithm=alg)
+                    check(f"all_to_all_v {alg} {cs} given={given} {dt.__name__}", got, wa)
+                    d, row = comm.traffic - before, 3 * np.dtype(dt).itemsize
+                    moved = ((sum(cnt(r, j) for j in range(n)) - cnt(r, r)) * row,
+                             (sum(cnt(i, r) for i in range(n)) - cnt(r, r)) * row)
+                    if given and (d.sent_bytes, d.recv_bytes) != moved:
+                        fails.append(f"all_to_all_v {alg} {cs} traffic {d}, expected {moved}")
+    return fails
+
+
 def main() -> int:
     fails = []
     with cc.init(transport="cuda") as comm:
         n, r = comm.size, comm.rank
+        fails += variable_counts(comm)
         before = comm.traffic
         for desc, fn, exc, words in bad_inputs(comm):
             try:
