@@ -10,7 +10,7 @@ hook for chunks outside the segment (slot kind ``EXTERNAL``):
   cut per endpoint and per peer into as many slots as a host channel has;
   the header of host slot k describes what device slot k holds.  Every
   chunk costs one wait between processes (on a GPU that the ranks share,
-  a switch between their contexts: about 280 us one way on an H200), so
+  a switch between their contexts: 220-280 us one way on an H200), so
   slots are as large as the region allows (``slot_bytes``: 4 to 64 MiB),
   or ``COLLECTIVES_CUDA_SLOT_BYTES``.
 * **IPC.** At start-up every rank exports its region's handle and the
