@@ -210,14 +210,12 @@ world_of_2() {  # the launcher's flags for its kind (MPIFLAGS), then a world of 
     export MPIEXEC  # tests/launch.py launches with it, and with GFORKER where that is set
     [ -z "${GFORKER-}" ] && [ -x "$(dirname "$MPIEXEC")/mpiexec.gforker" ] &&
         export GFORKER=$(dirname "$MPIEXEC")/mpiexec.gforker
-    # Open MPI's launcher is told of more ranks than cores and of root
-    # (collectives/launcher.py; its mpiexec says "Open MPI", "OpenRTE" or
-    # "PRRTE" of itself); MPICH's needs neither
-    MPIFLAGS=()
-    if "$MPIEXEC" --version 2>&1 | grep -qiE "open mpi|open-mpi|openrte|prte"; then
-        MPIFLAGS=(--oversubscribe)
-        [ "$(id -u)" = 0 ] && MPIFLAGS+=(--allow-run-as-root)
-    fi
+    # the launcher's words for more ranks than cores and for root, as the
+    # tests' jobs get them (collectives/launcher.py: Open MPI's; MPICH needs none)
+    local flags
+    flags=$("$PY" -c 'import sys; from collectives.launcher import Launcher
+print(" ".join(Launcher(sys.argv[1]).flags()))' "$MPIEXEC") || return
+    read -r -a MPIFLAGS <<<"$flags"
     # one write per rank: the ranks' lines may interleave (PYTHONUNBUFFERED)
     t 30 "$MPIEXEC" ${MPIFLAGS[@]+"${MPIFLAGS[@]}"} -n 2 "$PY" -c 'import sys; from mpi4py import MPI
 sys.stdout.write(f"<world {MPI.COMM_WORLD.Get_size()}>\n")' >"$WORK/world.txt"
