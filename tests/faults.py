@@ -334,7 +334,7 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
     watchdog.cancel()
     skip = {VICTIM} if scenario == "kill" \
         else {1} if scenario in ("raise", "trainer", "split", "interrupt") \
-        else set() if scenario == "slow" \
+        else set() if scenario in ("slow", "stall") \
         else {n - 1}
     linger(outdir, n, skip=skip)
     os._exit(0)
