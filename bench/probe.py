@@ -2,6 +2,7 @@
 
     mpiexec -n 2 python -m bench.probe coherence   # copying into memory a peer reads
     mpiexec -n 2 python -m bench.probe cma         # process_vm_readv against a local copy
+    mpiexec -n 2 python -m bench.probe alias [--reps R]  # a copy by where it lands from its source
     mpiexec -n 2 python -m bench.probe latency     # where a small all-reduce's time goes
     mpiexec -n 2 python -m bench.probe huge [--size 4M] [--reps R]  # by the buffers' huge pages
     mpiexec -n 4 python -m bench.probe share [--size 16M] [--reps R]   # reduction's share
@@ -26,6 +27,9 @@ default, ``on``), for MPI's buffers and ours alike.
 its compiled round and with Python's (the kernels switched off around the
 loop) against ``MPI_Allreduce``, and prints time ratios to MPI (our time /
 MPI's: the small-message targets are put that way).
+``alias`` times, on every rank at once, a 512 KiB ``np.copyto`` whose
+destination lies d bytes past its source modulo 4 KiB (d from -48 to 256),
+R interleaved rounds of 200 copies, medians.
 ``cuda`` (needs CuPy and a GPU; the communicator is ``cuda``) times a
 send/recv round trip between ranks 0 and 1 of numpy and of CuPy arrays, then
 ``all_reduce`` of CuPy arrays at each size, R interleaved rounds, medians:
@@ -98,6 +102,32 @@ def cma(comm, world, args) -> None:
         if r == 0:
             print(f"{nb >> 20:3d} MiB  process_vm_readv {nb / remote / 1e9:5.1f} GB/s   "
                   f"np.copyto {nb / local / 1e9:5.1f} GB/s   (per rank, all ranks at once)")
+
+
+def _at(offset: int, nbytes: int) -> np.ndarray:
+    """``nbytes`` bytes starting ``offset`` bytes into a 4 KiB page."""
+    raw = np.empty(nbytes + 8192, np.uint8)
+    start = (-raw.ctypes.data) % 4096 + offset
+    return raw[start:start + nbytes]
+
+
+def alias(comm, world, args) -> None:
+    """A copy of 512 KiB by how far past its source (modulo 4 KiB) its
+    destination lies: a destination a few bytes ahead makes the copy's loads
+    wait on its own earlier stores to the same low address bits (4 KiB
+    aliasing), which on some states of this VM halves its speed
+    (performance.md, "Copies a few bytes ahead of their source")."""
+    nb, src = 512 << 10, _at(16, 512 << 10)
+    src[:] = 1
+    pairs = {d: _at((16 + d) % 4096, nb) for d in (-48, -16, 0, 16, 48, 64, 128, 256)}
+    times: dict = {d: [] for d in pairs}
+    for _ in range(args.reps):
+        for d, dst in pairs.items():
+            times[d].append(_timed(world, lambda: np.copyto(dst, src), 200))
+    if comm.rank == 0:
+        print("512 KiB np.copyto on every rank at once, destination - source (mod 4 KiB): "
+              "us per copy (median of the rounds)")
+        print("  ".join(f"{d:+d}: {statistics.median(t) * 1e6:.1f}" for d, t in times.items()))
 
 
 _HUGE = 2 << 20
@@ -374,6 +404,8 @@ def main() -> None:
     sub = p.add_subparsers(dest="probe", required=True)
     for name in ("coherence", "cma"):
         sub.add_parser(name)
+    al = sub.add_parser("alias")
+    al.add_argument("--reps", type=int, default=5)
     lat = sub.add_parser("latency")
     lat.add_argument("--transport", default="shm", choices=("shm", "mpi"),
                      help="the communicator's transport (default shm)")
@@ -413,7 +445,7 @@ def main() -> None:
     from mpi4py import MPI
     transport = "cuda" if args.probe == "cuda" else getattr(args, "transport", "shm")
     with cc.init(transport) as comm:
-        {"coherence": coherence, "cma": cma, "latency": latency, "share": share, "ab": ab,
+        {"coherence": coherence, "cma": cma, "alias": alias, "latency": latency, "share": share, "ab": ab,
          "small": small, "dtypes": dtypes, "huge": huge, "cuda": cuda}[args.probe](
             comm, MPI.COMM_WORLD, args)
 

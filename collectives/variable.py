@@ -219,10 +219,15 @@ def _step(ep: Endpoint, x, head: int) -> int:
 
 
 def _layout(ep: Endpoint, x) -> tuple:
-    """``_staged``'s round for arrays like ``x``: (the bytes of the head
-    that holds the bounds, ``_step``, this rank's peers, the round's bytes,
-    the head's struct of 2(N+1) int64), the same on every call of a
-    shape (kept: a call's Python is most of a small one's time)."""
+    """``_staged``'s round for arrays like ``x``: (the byte offset of the
+    bounds, after the pieces, ``_step``, this rank's peers, the round's
+    bytes, the bounds' struct of 2(N+1) int64), the same on every call of a
+    shape (kept: a call's Python is most of a small one's time).  The
+    pieces start the buffer, as the fixed-count ``direct``'s do: a copy
+    whose destination lies a few bytes past its source modulo 4 KiB (the
+    bounds first, 64 bytes, and an ``x`` from malloc, 16 bytes into a
+    page) ran at half the speed of the same copy in some states of this VM
+    (performance.md, "Copies a few bytes ahead of their source")."""
     key = (ep.size, ep.rank, x.dtype, ep.chunk_bytes(x))
     got = _LAYOUTS.get(key)
     if got is None:
@@ -232,8 +237,8 @@ def _layout(ep: Endpoint, x) -> tuple:
         step = _step(ep, x, head)
         if len(_LAYOUTS) > 64:
             _LAYOUTS.clear()
-        got = _LAYOUTS[key] = (head, step, [p for p in range(n) if p != r],
-                               head + (n - 1) * step * x.itemsize,
+        at = (n - 1) * step * x.itemsize
+        got = _LAYOUTS[key] = (at, step, [p for p in range(n) if p != r], at + head,
                                struct.Struct(f"<{words}q"))
     return got
 
@@ -283,7 +288,7 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
     every block on, where the first round is done (``rows``, every rank's
     bounds, known); ``learn``: ``all_to_all_v_learned``'s, ``rb`` None."""
     n, r = ep.size, ep.rank
-    head, step, peers, nbytes, bounds_of = _layout(ep, x)
+    at_b, step, peers, nbytes, bounds_of = _layout(ep, x)
     rounds = 1 if rows is None else _rounds(rows, n, step)
     item = x.itemsize
     # from 3 ranks, a rank whose own blocks alone reach the total from which
@@ -295,11 +300,11 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
     while lo < rounds * step:
         stage = ep.stage(nbytes, _BYTE)
         if rows is None and learn is None:  # the bounds: send then receive
-            bounds_of.pack_into(stage, 0, *sb, *rb)
+            bounds_of.pack_into(stage, at_b, *sb, *rb)
         elif rows is None:  # send, then LEARN, the elements of a row and of out
-            bounds_of.pack_into(stage, 0, *sb, LEARN, learn[0],
+            bounds_of.pack_into(stage, at_b, *sb, LEARN, learn[0],
                                 -1 if out is None else out.size, *(0,) * (n - 2))
-        slots = stage[head:].view(x.dtype)
+        slots = stage[:at_b].view(x.dtype)
         sent = recv = 0
         for j, p in enumerate(() if bare_me and first else peers):  # j: p's index
             a = sb[p] + lo
@@ -316,7 +321,7 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
         bare = ()
         if first:  # every rank's bounds
             first = False
-            rows = [bounds_of.unpack_from(v) for v in views]
+            rows = [bounds_of.unpack_from(v, at_b) for v in views]
             rounds = _rounds(rows, n, step)  # checks the matrix first
             if learn is not None:
                 rb = _learned(rows, n, r)
@@ -330,7 +335,7 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
             e = min(rb[p + 1], a + step)
             if e > a and p not in bare:
                 at = peer_index(r, p) * step
-                out[a:e] = views[p][head:].view(x.dtype)[at:at + e - a]
+                out[a:e] = views[p][:at_b].view(x.dtype)[at:at + e - a]
         lo += step
         if read and (rounds > 1 or bare or bare_me) and lo == step:
             how = _reads(n, sum(v[n] for v in rows) * item)
