@@ -68,9 +68,44 @@ def abort_on_uncaught(MPI) -> None:
                              "aborting the job (MPI_Abort); set "
                              "COLLECTIVES_ABORT_ON_EXCEPTION=0 to let the other ranks wait\n")
             sys.stderr.flush()
+            drop_mpi_files()
             world.Abort(1)
     hook._collectives = True
     sys.excepthook = hook
+
+
+# the files an MPI library keeps in /dev/shm while its job runs and removes in
+# MPI_Finalize, which MPI_Abort skips: MPICH's (one a host, which every rank
+# on it maps) and Open MPI's sm BTL's (one a rank, sm_segment.HOST.UID.JOB.RANK)
+MPI_FILES = ("mpich_shm_", "sm_segment.")
+
+
+def drop_mpi_files(shm: str = "/dev/shm") -> list[str]:
+    """Unlink the MPI library's files in ``shm`` that this process maps, and
+    for Open MPI's those of the other ranks of its job on this host: called
+    before MPI_Abort, which leaves them behind.  The mappings stay valid
+    until the processes end.  Returns the names unlinked."""
+    try:
+        with open("/proc/self/maps") as f:
+            mine = {line.split(shm + "/", 1)[1].split()[0] for line in f if shm + "/" in line}
+        here = os.listdir(shm)
+    except OSError:
+        return []
+    doomed = set()
+    for name in mine:
+        if name.startswith(MPI_FILES[0]):
+            doomed.add(name)
+        elif name.startswith(MPI_FILES[1]) and name.count(".") >= 4:
+            job = name.rsplit(".", 1)[0] + "."
+            doomed.update(f for f in here if f.startswith(job))
+    gone = []
+    for name in sorted(doomed):
+        try:
+            os.unlink(os.path.join(shm, name))
+            gone.append(name)
+        except OSError:
+            pass
+    return gone
 
 
 # the communicators not closed yet (weakly: one the program drops is not kept)

@@ -327,6 +327,8 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
               call=e.call, ranks=e.ranks, seconds=time.monotonic() - t0,
               timeout_error=isinstance(e, TimeoutError), next_message=rep.after)
     except BaseException as e:  # anything else is a bug: say which, then leave
+        if scenario == "uncaught" and r == 1:
+            raise  # to the excepthook that cc.init installed, which aborts the job
         import traceback
         write(outdir, r, state="crashed", error=type(e).__name__, message=str(e),
               traceback=traceback.format_exc()[-3000:])

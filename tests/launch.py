@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from collectives.launcher import Launcher, default, find
+from collectives.runtime import MPI_FILES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,11 +66,6 @@ def start_mpi(n: int, argv: list[str], launcher: Launcher = LAUNCH, log: str | N
     finally:
         if log is not None:
             out.close()
-
-
-# the files the MPI libraries themselves leave in /dev/shm when their
-# processes end without MPI_Finalize: MPICH's, Open MPI's sm BTL's
-MPI_FILES = ("mpich_shm_", "sm_segment.")
 
 
 def mpi_files() -> set[str]:

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from launch import (SURVIVE, drop_mpi_files, launch_failed, mpi_files, run_mpi, shm_files,
-                    start_mpi)
+from launch import (SURVIVE, drop_mpi_files, launch_failed, mapped, mpi_files, run_mpi,
+                    shm_files, start_mpi)
 
 TIMEOUT = 3.0  # faults.TIMEOUT
 SLOW_TIMEOUT = 1.0  # faults.SLOW_TIMEOUT
@@ -258,17 +258,46 @@ def test_interrupted_rank_error_text(interrupted):
 
 def test_uncaught_exception_aborts_the_job():
     """Without the excepthook the other ranks would wait in their barrier
-    for the 60 s timeout; with it mpiexec ends the job at once."""
+    for the 60 s timeout; with it mpiexec ends the job at once, and the
+    MPI library's files in /dev/shm go with it (MPI_Abort skips the
+    unlinking that MPI_Finalize does: runtime.drop_mpi_files)."""
+    before = mpi_files()
     with tempfile.TemporaryDirectory() as d:
         t0 = time.monotonic()
         p = run_mpi(3, ["tests/faults.py", "uncaught", "shm", d], timeout=60)
         took = time.monotonic() - t0
         states = [json.load(open(os.path.join(d, f)))["state"] for f in os.listdir(d)
                   if f.startswith("rank") and f.endswith(".json")]
+    end = time.monotonic() + 5  # the job's processes may still be going (they map the files)
+    while (mpi_files() - before) & mapped() and time.monotonic() < end:
+        time.sleep(0.05)
+    left = mpi_files() - before
     assert p.returncode != 0
     assert took < 20, took
     assert "no error" not in states, states  # the others were ended inside their barrier
     # (what rank 1 printed may be cut short: hydra tears the job down at once)
+    assert not left, f"the aborted job left {sorted(left)} in /dev/shm"
+
+
+def test_drop_mpi_files_takes_the_jobs_own(tmp_path, monkeypatch):
+    """Before MPI_Abort: the MPICH file this process maps, and every rank's
+    Open MPI file of its job, never another job's or anything else."""
+    from collectives import runtime
+    names = ["mpich_shm_1a2b_0", "mpich_shm_ffff_0", "sm_segment.h.0.77.0",
+             "sm_segment.h.0.77.1", "sm_segment.h.0.78.0", "collectives-x", "other"]
+    for n in names:
+        (tmp_path / n).write_bytes(b"x")
+    maps = tmp_path / "maps"
+    maps.write_text("".join(f"7f00-7f01 rw-s 0 00:1a 5 {tmp_path}/{n}\n"
+                            for n in ("mpich_shm_1a2b_0", "sm_segment.h.0.77.1",
+                                      "collectives-x")) + "7f02-7f03 r-xp 0 0 0 /usr/lib/x.so\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k:
+                        real_open(maps if f == "/proc/self/maps" else f, *a, **k))
+    gone = runtime.drop_mpi_files(str(tmp_path))
+    assert gone == ["mpich_shm_1a2b_0", "sm_segment.h.0.77.0", "sm_segment.h.0.77.1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["collectives-x", "maps", "mpich_shm_ffff_0", "other", "sm_segment.h.0.78.0"]
 
 
 def test_a_transfer_that_keeps_moving_does_not_time_out():
