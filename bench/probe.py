@@ -445,8 +445,8 @@ def main() -> None:
     from mpi4py import MPI
     transport = "cuda" if args.probe == "cuda" else getattr(args, "transport", "shm")
     with cc.init(transport) as comm:
-        {"coherence": coherence, "cma": cma, "alias": alias, "latency": latency, "share": share, "ab": ab,
-         "small": small, "dtypes": dtypes, "huge": huge, "cuda": cuda}[args.probe](
+        {"coherence": coherence, "cma": cma, "alias": alias, "latency": latency, "share": share,
+         "ab": ab, "small": small, "dtypes": dtypes, "huge": huge, "cuda": cuda}[args.probe](
             comm, MPI.COMM_WORLD, args)
 
 
