@@ -34,6 +34,12 @@ slow:  (2 ranks, one slot of 4 KiB per channel, a timeout of 1 s) a message
        polls every SLOW_NAP s: about 2.4 s, more than twice the timeout, in
        which the peer's blocking call sees progress every few ms and must
        not time out.  Rank 0 is the slow sender, then the slow receiver.
+dead:  (tests/test_cluster.py) rank $FAULT_VICTIM SIGKILLs itself after a
+       barrier; every other rank waits a second, then sends it four messages
+       of 1 MiB (comm.isend, each polled once) and waits for them: each must
+       raise PeerFailure or
+       CollectiveTimeout within the timeout (MPICH's ofi netmod, unbounded,
+       spins for good in the second MPI_Isend to a dead rank on another host).
 Every rank writes OUTDIR/rank<r>.json with its pid and what it saw, then
 leaves with os._exit (MPI cannot finalize with a dead peer).  The victim of
 kill is rank $FAULT_VICTIM (1 where unset); ranks write "running" once their
@@ -312,6 +318,18 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
             write(outdir, r, state="no error", took=took)
         elif scenario == "interrupt":
             interrupted(comm, outdir)
+        elif scenario == "dead":
+            comm.barrier()
+            if r == VICTIM:
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(1.0)
+            x, sent = np.ones(1 << 17), []
+            for _ in range(4):
+                sent.append(comm.isend(x, VICTIM))
+                sent[-1].done()  # MPI's progress between the sends, as a wait's polls give
+            for h in sent:
+                h.wait()
+            write(outdir, r, state="no error")
         elif scenario == "uncaught":
             if r == 1:
                 raise RuntimeError("an error in rank 1's own code")
@@ -334,7 +352,7 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
               traceback=traceback.format_exc()[-3000:])
         os._exit(3)
     watchdog.cancel()
-    skip = {VICTIM} if scenario == "kill" \
+    skip = {VICTIM} if scenario in ("kill", "dead") \
         else {1} if scenario in ("raise", "trainer", "split", "interrupt") \
         else set() if scenario in ("slow", "stall") \
         else {n - 1}
@@ -344,9 +362,12 @@ def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") 
 
 def linger(outdir: str, n: int, skip: set) -> None:
     """Stay alive until every other survivor has reported: hydra ends the whole
-    job as soon as one process leaves without MPI_Finalize."""
+    job as soon as one process leaves without MPI_Finalize.  Gone as well
+    once the test has removed ``outdir`` (it has every report: Open MPI's
+    launcher can return before the survivors have left, and a linger that
+    then read no report waited out its whole time)."""
     end = time.monotonic() + 4 * TIMEOUT + 10
-    while time.monotonic() < end:
+    while time.monotonic() < end and os.path.isdir(outdir):
         states = []
         for r in set(range(n)) - skip:
             try:

@@ -174,6 +174,18 @@ MUTANTS: list[Mutant] = [
            "for i in (d.mine, *d.block_of.values()))", "for i in (d.mine,))",
            ("tests/test_one_copy.py::test_in_place_all_to_all_reads_where_huge_pages_back_every_source",),
            "each rank decides on its own source's huge pages alone: ranks take different paths"),
+    Mutant("refused_send_overtaken", "transports", "transports/mpi.py",
+           "            if q is not None:\n                q.append(r)\n            elif not",
+           "            if False:\n                q.append(r)\n            elif not",
+           ("tests/test_bounded.py::test_refused_sends_are_posted_later_in_order[2]",),
+           "a send to another host is posted although an earlier one to that peer waits "
+           "refused: it overtakes it, and messages with one tag arrive out of order"),
+    Mutant("refused_send_never_flushed", "transports", "transports/mpi.py",
+           "        if ep.queued:  # sends MPI refused, to any peer",
+           "        if self.mpi is None:  # sends MPI refused, to any peer",
+           ("tests/test_bounded.py::test_refused_sends_are_posted_later_in_order[2]",),
+           "a refused send is retried only when its own request is polled: a rank that waits "
+           "for a message from A never posts what it owes B"),
     # -- variable counts -------------------------------------------------------------------
     Mutant("a2a_v_wrong_slot", "collectives", "collectives/variable.py",
            "                at = peer_index(r, p) * step",

@@ -147,6 +147,44 @@ def _settled(wait: float) -> list[str]:
     return left
 
 
+def _survivors(spec: str, argv: list[str], victim: int) -> dict:
+    """Run a job whose rank ``victim`` dies (tests/faults.py ``argv``), left to
+    end by itself: the survivors' reports, each an error within the timeout
+    (+ the time to see it) of PeerFailure or CollectiveTimeout; the job must
+    end, leave no process in the hosts and nothing in /dev/shm."""
+    n, ours = len(hosts.ranks_of(spec)), shm_files()
+    with tempfile.TemporaryDirectory() as d:
+        p = hosts.start(spec, argv[:3] + [d] + argv[3:], cleanup=False,
+                        FAULT_VICTIM=str(victim))
+        try:
+            res = _reports(d, n, wait=TIMEOUT + 60, skip=victim)
+            try:
+                p.wait(timeout=4 * TIMEOUT + 30)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"the job did not end: reports {_states(res)}; "
+                                     f"{hosts.describe()}; it printed: {hosts.said(p)}")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                hosts.stop_jobs()
+    survivors = {r: v for r, v in res.items() if r != victim}
+    assert set(survivors) == set(range(n)) - {victim}, _states(res)
+    for r, v in survivors.items():
+        assert v["state"] == "error", (r, v)
+        assert v["error"] in ("PeerFailure", "CollectiveTimeout"), (r, v)
+        assert v["seconds"] < TIMEOUT + 15, (r, v)
+    assert not _settled(wait=10), hosts.describe()
+    assert not shm_files() - ours, shm_files() - ours
+    return survivors
+
+
+def _states(res: dict) -> dict:
+    """Each rank's report in a line: its state, error and seconds (a hung
+    rank's stacks, cut to their last lines, after)."""
+    return {r: (v.get("state"), v.get("error"), round(v.get("seconds", -1), 2),
+                v.get("stacks", "")[-1500:]) for r, v in sorted(res.items())}
+
+
 def test_rank_killed_on_another_host():
     """2 x 2 on hier, rank 2 (on h1) SIGKILLs itself inside a stream of
     collectives: every other rank, on both hosts, raises PeerFailure or
@@ -154,34 +192,27 @@ def test_rank_killed_on_another_host():
     one names rank 2, the job ends by itself and leaves nothing in /dev/shm.
     (On flat mpi, Hydra's proxy on h1 ends rank 3 before it has reported,
     -disable-auto-cleanup or not: docs/hosts.md.)"""
-    transport = "hier"
-    spec, n, victim = hosts.LAYOUTS["2x2"], 4, 2
-    ours = shm_files()
-    with tempfile.TemporaryDirectory() as d:
-        p = hosts.start(spec, ["tests/faults.py", "kill", transport, d,
-                               "all_reduce,broadcast,all_gather,reduce_scatter,barrier"],
-                        cleanup=False, FAULT_VICTIM=str(victim))
-        try:
-            res = _reports(d, n, wait=TIMEOUT + 60, skip=victim)
-            try:
-                ended = p.wait(timeout=4 * TIMEOUT + 30)
-            except subprocess.TimeoutExpired:
-                raise AssertionError(f"the job did not end: {hosts.describe()}; reports {res}; "
-                                         f"it printed: {hosts.said(p)}")
-        finally:
-            if p.poll() is None:
-                p.kill()
-                hosts.stop_jobs()
-    survivors = {r: v for r, v in res.items() if r != victim}
-    assert set(survivors) == {0, 1, 3}, res
-    for r, v in survivors.items():
-        assert v["state"] == "error", (r, v)
-        assert v["error"] in ("PeerFailure", "CollectiveTimeout"), (r, v)
-        assert v["seconds"] < TIMEOUT + 15, (r, v)
+    victim = 2
+    survivors = _survivors(hosts.LAYOUTS["2x2"], [
+        "tests/faults.py", "kill", "hier",
+        "all_reduce,broadcast,all_gather,reduce_scatter,barrier"], victim)
     assert any(victim in v["ranks"] for v in survivors.values()), survivors
-    assert ended is not None
-    assert not _settled(wait=10), hosts.describe()
-    assert not shm_files() - ours, shm_files() - ours
+
+
+@pytest.mark.parametrize("transport", ["hier", "mpi"])
+def test_sends_to_a_dead_rank_on_another_host(transport):
+    """2 + 1 + 1, rank 2 (alone on h1) SIGKILLs itself after a barrier; a
+    second later every other rank sends it four messages of 1 MiB and waits
+    for them.  MPICH's ofi netmod refuses such a send for good once
+    progress has seen the connection go, and without a bound on its retries
+    (transports/_bounded.py) the second MPI_Isend spins forever: each
+    survivor must raise PeerFailure or CollectiveTimeout naming rank 2
+    within the timeout, and the job end by itself."""
+    victim = 2
+    survivors = _survivors(hosts.LAYOUTS["2+1+1"], ["tests/faults.py", "dead", transport],
+                           victim)
+    for r, v in survivors.items():
+        assert victim in v["ranks"], (r, v)
 
 
 def test_link_cut():

@@ -23,11 +23,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from typing import Iterable
 
 import numpy as np
 from mpi4py import MPI
 
+from . import _bounded
 from .base import (TAG_UB, UNCHECKED, Capabilities, Deadline, Endpoint, Reducer, Request,
                    Transport, as_bytes)
 from .errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, peer_notice, stray
@@ -256,8 +258,16 @@ class Notices:
             gone |= failed_ranks(self.comm)  # on any host, where MPI tells
             self.told = True
             for p in peers:
-                if p not in gone:
-                    self.sent.append((self.comm.Isend([buf, MPI.BYTE], p, self.tag), buf))
+                if p in gone:
+                    continue
+                try:  # to another host bounded: a dead rank there can refuse it for good
+                    req = (_bounded.post(self.comm.Isend, [buf, MPI.BYTE], p, self.tag)
+                           if self.t.remote[p] else self.comm.Isend([buf, MPI.BYTE], p, self.tag))
+                except MPI.Exception as e:
+                    if not _bounded.refused(e):
+                        raise
+                    continue  # that rank takes no message: it learns of the failure by itself
+                self.sent.append((req, buf))
 
     def check(self, seq: int) -> None:
         """Receive what has come; raise the notice of a peer that gave up
@@ -325,18 +335,24 @@ class Notices:
 
 
 class _Req(Request):
-    __slots__ = ("ep", "mpi", "peer", "nbytes", "sending", "acc", "op", "scratch", "finished")
+    __slots__ = ("ep", "mpi", "peer", "nbytes", "sending", "acc", "op", "scratch", "finished",
+                 "later")
 
     def __init__(self, ep, mpi_req, peer, nbytes, sending, acc=None, op=None, scratch=None):
         self.ep, self.mpi, self.peer, self.nbytes = ep, mpi_req, peer, nbytes
         self.sending, self.acc, self.op, self.scratch = sending, acc, op, scratch
         self.finished = False
+        self.later = None  # a send that MPI refused: its Isend arguments, until posted
 
     def test(self) -> bool:
         """Complete the request if MPI has: check the size, reduce, count."""
         if self.finished:
             return True
         ep = self.ep
+        if ep.queued:  # sends MPI refused, to any peer: every poll posts what it can
+            ep.flush()
+            if self.mpi is None:
+                return False
         status = None if self.sending else ep.status  # read under the lock, at once
         try:
             with ep.t.lock:
@@ -381,6 +397,11 @@ class MpiEndpoint(Endpoint):
         self.modulus = modulus
         self.coll = what == "collective"
         self._pool: list[np.ndarray] = []  # receive-and-reduce buffers to reuse
+        # sends to another host that MPI refused (``_bounded``), per peer in
+        # the order posted: a later send to that peer waits behind them, so
+        # that messages between two ranks keep their order
+        self.queued: dict[int, deque] = {}
+        self.refusals = 0  # how many posts MPI has refused
         self.status = MPI.Status()  # a receive's, filled and read under the lock
         # requests posted and not yet completed: a call that fails leaves some
         # behind, and MPI may still fill or read their buffers, so they stay
@@ -398,6 +419,8 @@ class MpiEndpoint(Endpoint):
         communicator's message would write into freed memory."""
         with self.t.lock:
             for r in self.live:
+                if r.mpi is None:  # a refused send: never posted
+                    continue
                 if not r.sending:
                     try:
                         r.mpi.Cancel()
@@ -407,6 +430,7 @@ class MpiEndpoint(Endpoint):
                         pass
                 _ABANDONED.append((r.mpi, r.scratch, r.acc))
         self.live.clear()
+        self.queued.clear()
 
     def _tag(self, tag):
         if tag is not None:
@@ -424,11 +448,46 @@ class MpiEndpoint(Endpoint):
         self._check_peer(peer)
         # a contiguous numpy array is its own bytes (MPI.BYTE counts them)
         b = buf if type(buf) is np.ndarray and buf.flags.c_contiguous else as_bytes(buf)
-        with self.t.lock:
-            req = start([b, MPI.BYTE], peer, self._tag(tag))
-        r = _Req(self, req, peer, b.nbytes, sending, acc, op, buf)
+        if sending and self.t.remote[peer] and _bounded.active():
+            r = _Req(self, None, peer, b.nbytes, True, scratch=buf)
+            r.later = ([b, MPI.BYTE], peer, self._tag(tag))
+            q = self.queued.get(peer)
+            if q is not None:
+                q.append(r)
+            elif not self._post_bounded(r):
+                self.queued[peer] = deque([r])
+        else:
+            with self.t.lock:
+                req = start([b, MPI.BYTE], peer, self._tag(tag))
+            r = _Req(self, req, peer, b.nbytes, sending, acc, op, buf)
         self.live.add(r)
         return r
+
+    def _post_bounded(self, r: _Req) -> bool:
+        """Post send ``r`` to another host with MPI's retries bounded
+        (``_bounded``): False where MPI refused it (the peer's queue stayed
+        full, as a dead rank's does), and it stays to be posted later."""
+        try:
+            with self.t.lock:
+                r.mpi = _bounded.post(self.comm.Isend, *r.later)
+        except MPI.Exception as e:
+            if not _bounded.refused(e):
+                raise
+            self.refusals += 1
+            return False
+        r.later = None
+        return True
+
+    def flush(self) -> None:
+        """Post the sends that MPI refused, to each peer in order up to the
+        first that it refuses again.  Every poll of a request of this
+        endpoint does (a rank that waits for a message from A may owe one
+        to B, which waits for it)."""
+        for peer, q in list(self.queued.items()):
+            while q and self._post_bounded(q[0]):
+                q.popleft()
+            if not q:
+                del self.queued[peer]
 
     def isend(self, buf, peer, tag=None) -> Request:
         return self._post(self.comm.Isend, buf, peer, tag, True)
@@ -490,9 +549,12 @@ class MpiEndpoint(Endpoint):
         dl = None  # set up once a pass leaves some pending (most small ones are done at once)
         polls, nap = 0, 0.0
         while pending:
+            refusals = self.refusals
             still = [r for r in pending if not r.test()]
             if not still:
                 return
+            if self.refusals != refusals:  # MPI spun in a send: look at the peers now
+                polls = _POLLS
             if dl is None:
                 dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
             if len(still) < len(pending):

@@ -1,0 +1,134 @@
+"""Sends that give up instead of spinning: MPICH's bound on its retries.
+
+MPICH's ofi netmod retries a send that libfabric refuses with FI_EAGAIN
+(its queue to that peer is full) in a loop that drives progress, without
+end by default.  A peer on another host that has died leaves its queue
+full for good (libfabric's tcp provider: a send of 1 MiB to the dead rank
+stays queued once progress has seen the connection go), so the next
+``MPI_Isend`` to it spins forever, and a survivor hangs inside MPI where
+no timeout of this library can reach it.
+
+The control variable ``MPIR_CVAR_CH4_OFI_MAX_EAGAIN_RETRY`` bounds that
+loop: past so many retries the call fails with ``MPIX_ERR_EAGAIN`` and
+posts nothing.  It is one value for the whole process, so this module sets
+it (through the MPI tool interface, ``MPI_T_cvar_write``) around this
+library's own sends alone and puts the previous value back at once: the
+user's own MPI calls keep MPI's behaviour.  Where the MPI has no such
+variable (Open MPI, an MPICH without ofi), or the user set one of their
+own, it does nothing and sends are posted as before.
+
+``post(MPI_Isend, ...)`` posts one send so; ``refused(e)`` tells an MPI error
+that is this refusal, which the caller retries later (``mpi.py``).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+from mpi4py import MPI
+
+CVAR = "MPIR_CVAR_CH4_OFI_MAX_EAGAIN_RETRY"
+# retries of a refused send before it fails: about 0.2 s of MPI's progress
+# here (2.2 s for 100,000 with a dead peer on another host, cluster/cluster)
+RETRIES = 10_000
+_RTLD_NOLOAD = 4
+
+
+class _Cvar:
+    """An int control variable of the MPI library this process has loaded."""
+
+    def __init__(self, lib, name: str):
+        self.lib = lib
+        idx, count = ctypes.c_int(), ctypes.c_int()
+        if lib.MPI_T_cvar_get_index(name.encode(), ctypes.byref(idx)):
+            raise LookupError(name)
+        self.handle = ctypes.c_void_p()
+        if lib.MPI_T_cvar_handle_alloc(idx, None, ctypes.byref(self.handle),
+                                       ctypes.byref(count)) or count.value != 1:
+            raise LookupError(name)
+
+    def read(self) -> int:
+        v = ctypes.c_int()
+        if self.lib.MPI_T_cvar_read(self.handle, ctypes.byref(v)):
+            raise LookupError("read")
+        return v.value
+
+    def write(self, value: int) -> bool:
+        return not self.lib.MPI_T_cvar_write(self.handle, ctypes.byref(ctypes.c_int(value)))
+
+
+def _libraries() -> list[str]:
+    """The MPI libraries mapped into this process (libmpi*.so*)."""
+    out = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                base = os.path.basename(path)
+                if base.startswith("libmpi") and ".so" in base and path not in out:
+                    out.append(path)
+    except OSError:
+        pass
+    return out
+
+
+def _find() -> tuple[_Cvar, int] | None:
+    """The variable and the value to put back, where it can be bounded here."""
+    if os.environ.get("COLLECTIVES_MPI_BOUNDED", "1") == "0":
+        return None
+    for path in _libraries():
+        try:
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL | _RTLD_NOLOAD)
+            provided = ctypes.c_int()
+            if lib.MPI_T_init_thread(MPI.THREAD_SINGLE, ctypes.byref(provided)):
+                continue
+            try:
+                cvar = _Cvar(lib, CVAR)
+                old = cvar.read()
+            except LookupError:
+                lib.MPI_T_finalize()
+                continue
+        except (OSError, AttributeError):
+            continue
+        if old > 0:  # bounded by the user: their bound stands for every call
+            return None
+        if cvar.write(old):
+            return cvar, old
+    return None
+
+
+_state: list = []  # [(cvar, old)] or [None] once looked up
+
+
+def _lookup():
+    if not _state:
+        _state.append(_find())
+    return _state[0]
+
+
+def post(start, *args):
+    """``start(*args)`` (an ``MPI_Isend``) with MPICH's retries of a refused
+    send bounded (``RETRIES``); as is where the MPI has no such bound."""
+    found = _state[0] if _state else _lookup()
+    if found is None:
+        return start(*args)
+    cvar, old = found
+    cvar.write(RETRIES)
+    try:
+        return start(*args)
+    finally:
+        cvar.write(old)
+
+
+def active() -> bool:
+    """Whether this process's sends are bounded."""
+    return _lookup() is not None
+
+
+def refused(e: Exception) -> bool:
+    """Whether MPI error ``e`` is a send that was refused and not posted
+    (MPIX_ERR_EAGAIN: "Operation could not be issued (EAGAIN)")."""
+    try:
+        return "(EAGAIN)" in MPI.Get_error_string(e.Get_error_class())
+    except (AttributeError, MPI.Exception):
+        return False
