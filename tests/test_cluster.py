@@ -167,15 +167,28 @@ def _survivors(spec: str, argv: list[str], victim: int) -> dict:
             if p.poll() is None:
                 p.kill()
                 hosts.stop_jobs()
+        # what a rank that did not report an error left: its fatal signal's
+        # stack (faulthandler), and what the job printed
+        odd = {r: _crash(d, r) for r in range(n)
+               if r != victim and res.get(r, {}).get("state") != "error"}
+        printed = hosts.said(p)
     survivors = {r: v for r, v in res.items() if r != victim}
-    assert set(survivors) == set(range(n)) - {victim}, _states(res)
+    assert set(survivors) == set(range(n)) - {victim}, (_states(res), odd, printed)
     for r, v in survivors.items():
-        assert v["state"] == "error", (r, v)
+        assert v["state"] == "error", (r, v, odd, printed)
         assert v["error"] in ("PeerFailure", "CollectiveTimeout"), (r, v)
         assert v["seconds"] < TIMEOUT + 15, (r, v)
     assert not _settled(wait=10), hosts.describe()
     assert not shm_files() - ours, shm_files() - ours
     return survivors
+
+
+def _crash(d: str, rank: int) -> str:
+    try:
+        with open(os.path.join(d, f"crash{rank}.txt")) as f:
+            return f.read()[-3000:]
+    except OSError:
+        return ""
 
 
 def _states(res: dict) -> dict:
