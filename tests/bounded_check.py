@@ -1,7 +1,7 @@
 """Sends that MPI refuses (transports/_bounded.py) under mpiexec:
 ``python tests/bounded_check.py`` on N ranks, transport mpi.
 
-Every peer is taken for a rank of another host, and ``_bounded.post``
+Every peer is taken for a rank of another machine, and ``_bounded.post``
 refuses a third of the posts (as MPICH does, past its bounded retries,
 when a peer's queue stays full): each refused send waits in its peer's
 queue and is posted by a later poll.  Collectives of every family (each
@@ -46,7 +46,7 @@ def check_bound(fails: list) -> None:
     if found is None:
         fails.append("MPICH without MPIR_CVAR_CH4_OFI_MAX_EAGAIN_RETRY: nothing bounded")
         return
-    cvar, old = found
+    cvar, old = found[:2]
     during = _bounded.post(lambda: cvar.read())
     if during != _bounded.RETRIES or cvar.read() != old:
         fails.append(f"the bound: {during} during a post, {cvar.read()} after (old {old})")
@@ -67,7 +67,7 @@ def main() -> int:
     post, count = refuse_some(_bounded.post)
     _bounded.post, _bounded.active = post, lambda: True
     _bounded.refused = lambda e: isinstance(e, Refusal)
-    comm._t.remote = [p != r for p in range(n)]  # every peer on another host
+    comm._t.elsewhere = [p != r for p in range(n)]  # every peer on another machine
     rng = np.random.default_rng(7)
     for size in (1, 1000, 300_000):
         x = rng.standard_normal((n, size)).astype(np.float32)

@@ -12,8 +12,10 @@ The control variable ``MPIR_CVAR_CH4_OFI_MAX_EAGAIN_RETRY`` bounds that
 loop: past so many retries the call fails with ``MPIX_ERR_EAGAIN`` and
 posts nothing.  It is one value for the whole process, so this module sets
 it (through the MPI tool interface, ``MPI_T_cvar_write``) around this
-library's own sends alone and puts the previous value back at once: the
-user's own MPI calls keep MPI's behaviour.  Where the MPI has no such
+library's own sends to ranks on other machines alone (a rank of this
+machine, emulated host or not, MPI reaches through shared memory) and puts
+the previous value back at once: the user's own MPI calls keep MPI's
+behaviour.  Where the MPI has no such
 variable (Open MPI, an MPICH without ofi), or the user set one of their
 own, it does nothing and sends are posted as before.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from functools import partial
 
 from mpi4py import MPI
 
@@ -97,12 +100,19 @@ def _find() -> tuple[_Cvar, int] | None:
     return None
 
 
-_state: list = []  # [(cvar, old)] or [None] once looked up
+_state: list = []  # [(cvar, old, set_bound, set_old)] or [None] once looked up
 
 
 def _lookup():
     if not _state:
-        _state.append(_find())
+        found = _find()
+        if found is not None:  # the two writes, their arguments made once
+            cvar, old = found
+            bound, back = ctypes.c_int(RETRIES), ctypes.c_int(old)
+            write = cvar.lib.MPI_T_cvar_write
+            found = (cvar, old, partial(write, cvar.handle, ctypes.byref(bound)),
+                     partial(write, cvar.handle, ctypes.byref(back)), bound, back)
+        _state.append(found)
     return _state[0]
 
 
@@ -112,12 +122,11 @@ def post(start, *args):
     found = _state[0] if _state else _lookup()
     if found is None:
         return start(*args)
-    cvar, old = found
-    cvar.write(RETRIES)
+    found[2]()
     try:
         return start(*args)
     finally:
-        cvar.write(old)
+        found[3]()
 
 
 def active() -> bool:

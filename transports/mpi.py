@@ -178,6 +178,9 @@ class MpiTransport(Transport):
     def __init__(self, mpicomm, timeout: float, pids, local):
         super().__init__(mpicomm.Get_rank(), mpicomm.Get_size(), timeout, pids, local)
         self.lock = _MPI_LOCK
+        # ranks on another machine (not an emulated host: MPI reaches a rank
+        # of this machine through shared memory), whose sends are bounded
+        self.elsewhere = [not x for x in local]
         # MPI_TAG_UB is an attribute of MPI_COMM_WORLD (MPI 4.0, 8.1.2);
         # Open MPI does not copy it to a communicator made by a split
         tag_ub = mpicomm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or TAG_UB
@@ -262,7 +265,8 @@ class Notices:
                     continue
                 try:  # to another host bounded: a dead rank there can refuse it for good
                     req = (_bounded.post(self.comm.Isend, [buf, MPI.BYTE], p, self.tag)
-                           if self.t.remote[p] else self.comm.Isend([buf, MPI.BYTE], p, self.tag))
+                           if self.t.elsewhere[p]
+                           else self.comm.Isend([buf, MPI.BYTE], p, self.tag))
                 except MPI.Exception as e:
                     if not _bounded.refused(e):
                         raise
@@ -397,7 +401,7 @@ class MpiEndpoint(Endpoint):
         self.modulus = modulus
         self.coll = what == "collective"
         self._pool: list[np.ndarray] = []  # receive-and-reduce buffers to reuse
-        # sends to another host that MPI refused (``_bounded``), per peer in
+        # sends to another machine that MPI refused (``_bounded``), per peer in
         # the order posted: a later send to that peer waits behind them, so
         # that messages between two ranks keep their order
         self.queued: dict[int, deque] = {}
@@ -448,7 +452,7 @@ class MpiEndpoint(Endpoint):
         self._check_peer(peer)
         # a contiguous numpy array is its own bytes (MPI.BYTE counts them)
         b = buf if type(buf) is np.ndarray and buf.flags.c_contiguous else as_bytes(buf)
-        if sending and self.t.remote[peer] and _bounded.active():
+        if sending and self.t.elsewhere[peer] and _bounded.active():
             r = _Req(self, None, peer, b.nbytes, True, scratch=buf)
             r.later = ([b, MPI.BYTE], peer, self._tag(tag))
             q = self.queued.get(peer)
@@ -464,7 +468,7 @@ class MpiEndpoint(Endpoint):
         return r
 
     def _post_bounded(self, r: _Req) -> bool:
-        """Post send ``r`` to another host with MPI's retries bounded
+        """Post send ``r`` to another machine with MPI's retries bounded
         (``_bounded``): False where MPI refused it (the peer's queue stayed
         full, as a dead rank's does), and it stays to be posted later."""
         try:
