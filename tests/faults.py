@@ -37,9 +37,9 @@ slow:  (2 ranks, one slot of 4 KiB per channel, a timeout of 1 s) a message
 dead:  (tests/test_cluster.py) rank $FAULT_VICTIM SIGKILLs itself after a
        barrier; every other rank waits a second, then sends it four messages
        of 1 MiB (comm.isend, each polled once) and waits for them: each must
-       raise PeerFailure or
-       CollectiveTimeout within the timeout (MPICH's ofi netmod, unbounded,
-       spins for good in the second MPI_Isend to a dead rank on another host).
+       raise PeerFailure or CollectiveTimeout within the timeout (MPICH's ofi
+       netmod, unbounded, spins for good in the second MPI_Isend to a dead
+       rank on another host).
 Every rank writes OUTDIR/rank<r>.json with its pid and what it saw, then
 leaves with os._exit (MPI cannot finalize with a dead peer).  The victim of
 kill is rank $FAULT_VICTIM (1 where unset); ranks write "running" once their

@@ -15,12 +15,12 @@ it (through the MPI tool interface, ``MPI_T_cvar_write``) around this
 library's own sends to ranks on other machines alone (a rank of this
 machine, emulated host or not, MPI reaches through shared memory) and puts
 the previous value back at once: the user's own MPI calls keep MPI's
-behaviour.  Where the MPI has no such
-variable (Open MPI, an MPICH without ofi), or the user set one of their
-own, it does nothing and sends are posted as before.
+behaviour.  Where the user set the variable, their bound stands and
+nothing is written; where the MPI has no such variable (Open MPI, an MPICH
+without ofi) sends are posted as before.
 
-``post(MPI_Isend, ...)`` posts one send so; ``refused(e)`` tells an MPI error
-that is this refusal, which the caller retries later (``mpi.py``).
+``post(MPI_Isend, ...)`` posts one send so, and returns None for a send
+that MPI refused, which the caller posts later (``mpi.py``).
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _libraries() -> list[str]:
 
 
 def _find() -> tuple[_Cvar, int] | None:
-    """The variable and the value to put back, where it can be bounded here."""
+    """The variable and its value, where it can be bounded here."""
     if os.environ.get("COLLECTIVES_MPI_BOUNDED", "1") == "0":
         return None
     for path in _libraries():
@@ -93,40 +93,51 @@ def _find() -> tuple[_Cvar, int] | None:
                 continue
         except (OSError, AttributeError):
             continue
-        if old > 0:  # bounded by the user: their bound stands for every call
-            return None
-        if cvar.write(old):
+        if old > 0 or cvar.write(old):  # set by the user (then theirs stands), or writable
             return cvar, old
     return None
 
 
-_state: list = []  # [(cvar, old, set_bound, set_old)] or [None] once looked up
+def _none() -> int:
+    return 0
+
+
+# once looked up: [None], nothing bounded here; else [(set the bound, put
+# the old value back, the two ints those calls point to)], each write's
+# arguments made once (no write where the user's own bound stands)
+_state: list = []
 
 
 def _lookup():
     if not _state:
         found = _find()
-        if found is not None:  # the two writes, their arguments made once
+        if found is not None:
             cvar, old = found
             bound, back = ctypes.c_int(RETRIES), ctypes.c_int(old)
             write = cvar.lib.MPI_T_cvar_write
-            found = (cvar, old, partial(write, cvar.handle, ctypes.byref(bound)),
-                     partial(write, cvar.handle, ctypes.byref(back)), bound, back)
+            found = ((_none, _none) if old > 0 else
+                     (partial(write, cvar.handle, ctypes.byref(bound)),
+                      partial(write, cvar.handle, ctypes.byref(back)))) + (cvar, bound, back)
         _state.append(found)
     return _state[0]
 
 
 def post(start, *args):
     """``start(*args)`` (an ``MPI_Isend``) with MPICH's retries of a refused
-    send bounded (``RETRIES``); as is where the MPI has no such bound."""
+    send bounded (``RETRIES``): its request, or None where MPI refused it
+    (nothing was posted); as is where nothing is bounded here."""
     found = _state[0] if _state else _lookup()
     if found is None:
         return start(*args)
-    found[2]()
+    found[0]()
     try:
         return start(*args)
+    except MPI.Exception as e:
+        if refused(e):
+            return None
+        raise
     finally:
-        found[3]()
+        found[1]()
 
 
 def active() -> bool:

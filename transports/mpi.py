@@ -263,15 +263,13 @@ class Notices:
             for p in peers:
                 if p in gone:
                     continue
-                try:  # to another host bounded: a dead rank there can refuse it for good
-                    req = (_bounded.post(self.comm.Isend, [buf, MPI.BYTE], p, self.tag)
-                           if self.t.elsewhere[p]
-                           else self.comm.Isend([buf, MPI.BYTE], p, self.tag))
-                except MPI.Exception as e:
-                    if not _bounded.refused(e):
-                        raise
-                    continue  # that rank takes no message: it learns of the failure by itself
-                self.sent.append((req, buf))
+                # to another machine bounded, where a dead rank can refuse it for
+                # good; a refused notice is dropped (that rank takes no message)
+                req = (_bounded.post(self.comm.Isend, [buf, MPI.BYTE], p, self.tag)
+                       if self.t.elsewhere[p] and _bounded.active()
+                       else self.comm.Isend([buf, MPI.BYTE], p, self.tag))
+                if req is not None:
+                    self.sent.append((req, buf))
 
     def check(self, seq: int) -> None:
         """Receive what has come; raise the notice of a peer that gave up
@@ -471,12 +469,9 @@ class MpiEndpoint(Endpoint):
         """Post send ``r`` to another machine with MPI's retries bounded
         (``_bounded``): False where MPI refused it (the peer's queue stayed
         full, as a dead rank's does), and it stays to be posted later."""
-        try:
-            with self.t.lock:
-                r.mpi = _bounded.post(self.comm.Isend, *r.later)
-        except MPI.Exception as e:
-            if not _bounded.refused(e):
-                raise
+        with self.t.lock:
+            r.mpi = _bounded.post(self.comm.Isend, *r.later)
+        if r.mpi is None:
             self.refusals += 1
             return False
         r.later = None
