@@ -32,7 +32,8 @@ def mpi_env(**extra: str) -> dict:
 # what a launcher says when it ends before any rank has started: Open MPI's
 # prterun now and then on a loaded machine (exit status 213), and across
 # hosts when its daemon on another host does not come up in time
-LAUNCH_FAILURES = ("PMIx server's listener thread failed to start", "failed to report back")
+LAUNCH_FAILURES = ("PMIx server's listener thread failed to start", "failed to report back",
+                   "HYDU_sock_connect")  # Hydra's proxy on another host could not call back
 
 
 def launch_failed(said: str) -> bool:

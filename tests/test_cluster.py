@@ -118,7 +118,8 @@ def _start(spec: str, argv: list[str], d: str, n: int, until):
     and the reports.  A launch that ended before any rank started
     (``launch.launch_failed``: Open MPI's launcher, started right after a
     test that cut a link, now and then says that its daemon on another host
-    "failed to report back", about one start in ten here) is tried once more."""
+    "failed to report back", about one start in ten here; Hydra's proxy on
+    another host, once, that it was "unable to connect") is tried once more."""
     p = hosts.start(spec, argv, cleanup=False)
     started = _reports(d, n, wait=60, until=until)
     if not started and p.poll() is not None and launch_failed(hosts.said(p)):
