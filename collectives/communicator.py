@@ -603,9 +603,9 @@ class Communicator(HostsInfo):
             rc = tuple(int(matrix[j][self.rank]) for j in range(n))
         else:
             rc = args.counts(c, "recv_counts", recv_counts, self.size)
-        out, _ = args.result(c, x, out, (sum(rc), *x.shape[1:]),
-                             "(sum(recv_counts), *x.shape[1:])", self._device)
-        if isinstance(x, np.ndarray) and np.may_share_memory(x, out):
+        out, in_place = args.result(c, x, out, (sum(rc), *x.shape[1:]),
+                                    "(sum(recv_counts), *x.shape[1:])", self._device)
+        if in_place:  # any other overlap is refused by args.result
             raise ValueError(f"{c}: out overlaps x; all_to_all_v has no in-place form")
         xf, of = x.reshape(-1), out.reshape(-1)
         vargs = (xf, of, variable.bounds(sc, row), variable.bounds(rc, row))

@@ -221,7 +221,9 @@ def _step(ep: Endpoint, x, head: int) -> int:
 def _layout(ep: Endpoint, x) -> tuple:
     """``_staged``'s round for arrays like ``x``: (the byte offset of the
     bounds, after the pieces, ``_step``, this rank's peers, the round's
-    bytes, the bounds' struct of 2(N+1) int64), the same on every call of a
+    bytes, the bounds' struct of 2(N+1) int64, and per peer p (where this
+    rank's round holds p's piece, in elements; p; where p's round holds
+    this rank's piece, in bytes)), the same on every call of a
     shape (kept: a call's Python is most of a small one's time).  The
     pieces start the buffer, as the fixed-count ``direct``'s do: a copy
     whose destination lies a few bytes past its source modulo 4 KiB (the
@@ -238,8 +240,12 @@ def _layout(ep: Endpoint, x) -> tuple:
         if len(_LAYOUTS) > 64:
             _LAYOUTS.clear()
         at = (n - 1) * step * x.itemsize
-        got = _LAYOUTS[key] = (at, step, [p for p in range(n) if p != r], at + head,
-                               struct.Struct(f"<{words}q"))
+        peers = [p for p in range(n) if p != r]
+        # per peer: its index's piece in this rank's round (elements) and
+        # where its round holds this rank's piece (bytes)
+        pairs = [(j * step, p, peer_index(r, p) * step * x.itemsize)
+                 for j, p in enumerate(peers)]
+        got = _LAYOUTS[key] = (at, step, peers, at + head, struct.Struct(f"<{words}q"), pairs)
     return got
 
 
@@ -288,9 +294,9 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
     every block on, where the first round is done (``rows``, every rank's
     bounds, known); ``learn``: ``all_to_all_v_learned``'s, ``rb`` None."""
     n, r = ep.size, ep.rank
-    at_b, step, peers, nbytes, bounds_of = _layout(ep, x)
+    at_b, step, peers, nbytes, bounds_of, pairs = _layout(ep, x)
     rounds = 1 if rows is None else _rounds(rows, n, step)
-    item = x.itemsize
+    item, dt = x.itemsize, x.dtype
     # from 3 ranks, a rank whose own blocks alone reach the total from which
     # the rest is read (_reads) knows that it will be: its first round
     # carries its bounds and no data (every rank tells so from its bounds:
@@ -304,20 +310,19 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
         elif rows is None:  # send, then LEARN, the elements of a row and of out
             bounds_of.pack_into(stage, at_b, *sb, LEARN, learn[0],
                                 -1 if out is None else out.size, *(0,) * (n - 2))
-        slots = stage[:at_b].view(x.dtype)
-        sent = recv = 0
-        for j, p in enumerate(() if bare_me and first else peers):  # j: p's index
-            a = sb[p] + lo
-            e = min(sb[p + 1], a + step)
-            if e > a:
-                slots[j * step:j * step + e - a] = x[a:e]
-                sent += e - a
-            if not first:  # the first round's: counted once the bounds are known
-                a = rb[p] + lo
-                e = min(rb[p + 1], a + step)
+        slots = stage[:at_b].view(dt)
+        sent = 0
+        if not (bare_me and first):
+            for j, p, _ in pairs:  # j: p's index among this rank's peers
+                a = sb[p] + lo
+                e = sb[p + 1]
+                if e > a + step:
+                    e = a + step
                 if e > a:
-                    recv += e - a
-        views = ep.exchange(stage, sent=sent * item, recv=recv * item)
+                    slots[j:j + e - a] = x[a:e]
+                    sent += e - a
+        # what comes in is counted below, once the first round's bounds are known
+        views = ep.exchange(stage, sent=sent * item, recv=0)
         bare = ()
         if first:  # every rank's bounds
             first = False
@@ -327,15 +332,18 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
                 rb = _learned(rows, n, r)
                 if out is None:
                     learn[2][0], out = learn[1](rb[n])
-            bare = {p for p in peers if _bare(read, n, rows[p][n] * item)}
-            ep.recv_bytes += sum(min(rb[p + 1] - rb[p], step) for p in peers
-                                 if p not in bare) * item
-        for p in peers:
+            if read and n > 2:
+                bare = {p for p in peers if _bare(read, n, rows[p][n] * item)}
+        got = 0
+        for _, p, at in pairs:  # at: where p's round holds this rank's piece
             a = rb[p] + lo
-            e = min(rb[p + 1], a + step)
+            e = rb[p + 1]
+            if e > a + step:
+                e = a + step
             if e > a and p not in bare:
-                at = peer_index(r, p) * step
-                out[a:e] = views[p][:at_b].view(x.dtype)[at:at + e - a]
+                out[a:e] = views[p][at:at + (e - a) * item].view(dt)
+                got += e - a
+        ep.recv_bytes += got * item
         lo += step
         if read and (rounds > 1 or bare or bare_me) and lo == step:
             how = _reads(n, sum(v[n] for v in rows) * item)
@@ -368,6 +376,23 @@ def _learned(rows, n: int, r: int) -> list[int]:
 
 
 def _rounds(rows, n: int, step: int) -> int:
+    """``_checked_rounds``, remembered for the count matrices seen last (a
+    call's Python is much of a small one's time; a matrix passes or fails
+    alike every time)."""
+    key = (step, *rows)
+    got = _ROUNDS.get(key)
+    if got is None:
+        got = _checked_rounds(rows, n, step)
+        if len(_ROUNDS) > 64:
+            _ROUNDS.clear()
+        _ROUNDS[key] = got
+    return got
+
+
+_ROUNDS: dict = {}
+
+
+def _checked_rounds(rows, n: int, step: int) -> int:
     """The rounds of ``step`` elements a block that the longest block of the
     count matrix (every rank's bounds, ``rows``) takes, at least one, once
     the matrix is checked: where rank p's block for rank q (its send
@@ -383,15 +408,17 @@ def _rounds(rows, n: int, step: int) -> int:
             ranks=learn)
     most = 0
     for p, v in enumerate(rows):
-        for q, w in enumerate(rows):
+        for q in range(n):
             sent = v[q + 1] - v[q]
-            if not learn and sent != w[n + 2 + p] - w[n + 1 + p]:
-                raise CollectiveError(
-                    f"all_to_all_v counts disagree: rank {p} sends rank {q} {sent} elements "
-                    f"where rank {q} expects {w[n + 2 + p] - w[n + 1 + p]}",
-                    ranks=sorted({p, q}))
             if sent > most and p != q:
                 most = sent
+            if not learn:
+                w = rows[q]
+                if sent != w[n + 2 + p] - w[n + 1 + p]:
+                    raise CollectiveError(
+                        f"all_to_all_v counts disagree: rank {p} sends rank {q} {sent} "
+                        f"elements where rank {q} expects {w[n + 2 + p] - w[n + 1 + p]}",
+                        ranks=sorted({p, q}))
     return max(1, -(-most // step))
 
 
@@ -420,7 +447,7 @@ def _matrix(ep: Endpoint, sb, rb) -> list[list[int]]:
     n = ep.size
     stage = ep.stage(2 * (n + 1), _INT64)
     stage[:] = (*sb, *rb)
-    rows = [v.tolist() for v in ep.exchange(stage, sent=0, recv=0)]
+    rows = [tuple(v.tolist()) for v in ep.exchange(stage, sent=0, recv=0)]
     _rounds(rows, n, 1)
     return rows
 

@@ -188,8 +188,8 @@ MUTANTS: list[Mutant] = [
            "for a message from A never posts what it owes B"),
     # -- variable counts -------------------------------------------------------------------
     Mutant("a2a_v_wrong_slot", "collectives", "collectives/variable.py",
-           "                at = peer_index(r, p) * step",
-           "                at = peer_index(p, r) * step",
+           "peer_index(r, p) * step * x.itemsize)",
+           "peer_index(p, r) * step * x.itemsize)",
            ("tests/test_variable.py::test_variable_calls_against_numpy[3-shm]",),
            "a rank copies out the piece its peer staged for another rank (all_to_all_v staged)"),
     Mutant("a2a_v_learned_row", "collectives", "collectives/variable.py",
@@ -198,13 +198,14 @@ MUTANTS: list[Mutant] = [
            ("tests/test_variable.py::test_variable_calls_against_numpy[3-shm]",),
            "without recv_counts a rank takes its send counts (its row) for what it receives"),
     Mutant("a2a_v_matrix_unchecked", "collectives", "collectives/variable.py",
-           "            if not learn and sent != ", "            if False and sent != ",
+           "            if not learn:\n                w = rows[q]",
+           "            if False:\n                w = rows[q]",
            ("tests/test_variable.py::test_disagreeing_ranks_raise[2-shm]",),
            "all_to_all_v's ranks no longer compare the count matrix: a rank that expects a "
            "row more reads past its peer's block"),
     Mutant("a2a_v_bare_unread", "collectives", "collectives/variable.py",
-           "            bare = {p for p in peers if _bare(read, n, rows[p][n] * item)}",
-           "            bare = set()",
+           "                bare = {p for p in peers if _bare(read, n, rows[p][n] * item)}",
+           "                bare = set()",
            ("tests/test_variable.py::test_variable_calls_against_numpy[3-shm]",),
            "a rank whose first round carried bounds alone is taken to have sent data: its "
            "blocks' first pieces are copied from an empty round and never read"),
