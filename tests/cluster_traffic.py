@@ -6,8 +6,9 @@ inter-host bytes beside the kernel's count of the bytes on each host's link.
 Per call (every collective at 4 MiB, twice), between two barriers of the
 world: the bytes that the ranks of each host sent to and received from
 other hosts (comm.traffic's inter_sent_bytes/inter_recv_bytes, summed over
-the host's ranks) and the host's link device's tx/rx bytes, read by the
-host's first rank.  Rank 0 writes {call: {host: {...}}}.
+the host's ranks) and the host's link device's tx/rx bytes and packets
+and its namespace's retransmitted TCP segments, read by the host's first
+rank.  Rank 0 writes {call: {host: {...}}}.
 """
 from __future__ import annotations
 
@@ -27,10 +28,22 @@ CALLS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "a
          "gather", "scatter")
 
 
-def link() -> tuple[int, int]:
+WIRE = ("tx", "rx", "tx_packets", "rx_packets", "retrans")
+
+
+def link() -> tuple[int, ...]:
+    """The host's link device's bytes and packets each way, and the TCP
+    segments its namespace has retransmitted (/proc/net/snmp is the reading
+    process's namespace's)."""
     base = f"/sys/class/net/{DEV}/statistics/"
-    with open(base + "tx_bytes") as t, open(base + "rx_bytes") as r:
-        return int(t.read()), int(r.read())
+    got = []
+    for name in ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets"):
+        with open(base + name) as f:
+            got.append(int(f.read()))
+    with open("/proc/net/snmp") as f:
+        tcp = [line.split() for line in f if line.startswith("Tcp:")]
+    got.append(int(tcp[1][tcp[0].index("RetransSegs")]))
+    return tuple(got)
 
 
 def call(comm, name: str) -> None:
@@ -65,25 +78,26 @@ def main(transport: str, out: str) -> int:
         comm.barrier()
         t = comm.traffic  # a snapshot
         lib0 = t.inter_sent_bytes, t.inter_recv_bytes
-        wire0 = link() if first else (0, 0)
+        none = (0,) * len(WIRE)
+        wire0 = link() if first else none
         comm.barrier()
         for _ in range(2):
             call(comm, name)
         comm.barrier()
-        wire1 = link() if first else (0, 0)
+        wire1 = link() if first else none
         comm.barrier()
         t = comm.traffic
         lib = (t.inter_sent_bytes - lib0[0], t.inter_recv_bytes - lib0[1])
         mine = {"host": comm.host, "first": first, "sent": lib[0], "recv": lib[1],
-                "tx": wire1[0] - wire0[0], "rx": wire1[1] - wire0[1]}
+                **{k: b - a for k, a, b in zip(WIRE, wire0, wire1)}}
         everyone = _gather(comm, mine)
         hosts: dict = {}
         for m in everyone:
-            h = hosts.setdefault(str(m["host"]), {"sent": 0, "recv": 0, "tx": 0, "rx": 0})
+            h = hosts.setdefault(str(m["host"]), {"sent": 0, "recv": 0, **dict.fromkeys(WIRE, 0)})
             h["sent"] += m["sent"]
             h["recv"] += m["recv"]
             if m["first"]:
-                h["tx"], h["rx"] = m["tx"], m["rx"]
+                h.update({k: m[k] for k in WIRE})
         results[name] = hosts
     if comm.rank == 0:
         with open(out, "w") as f:
@@ -94,7 +108,7 @@ def main(transport: str, out: str) -> int:
 
 def _gather(comm, mine: dict) -> list[dict]:
     """Every rank's figures, through a fixed-size all_gather of int64s."""
-    keys = ("host", "first", "sent", "recv", "tx", "rx")
+    keys = ("host", "first", "sent", "recv", *WIRE)
     row = np.array([int(mine[k]) for k in keys], np.int64)
     got = comm.all_gather(row).reshape(comm.size, len(keys))
     return [dict(zip(keys, map(int, r))) for r in got]
