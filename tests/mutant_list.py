@@ -168,7 +168,7 @@ MUTANTS: list[Mutant] = [
            why="a message goes to the oldest posted receive from its sender, whatever its tag"),
     Mutant("death_not_relayed", "faults", "transports/mpi.py",
            "    caps = Capabilities(relays_deaths=True)", "    caps = Capabilities()",
-           (f"{KILLED}[5-mpi-all_reduce]",),
+           ("tests/test_faults.py::test_killed_rank_relayed",),
            "on mpi the rank that finds a peer dead keeps it to itself: the others time out"),
     Mutant("huge_share_own_only", "transports", "transports/shm/one_copy.py",
            "for i in (d.mine, *d.block_of.values()))", "for i in (d.mine,))",

@@ -148,6 +148,15 @@ def test_killed_rank(transport, n, calls):
     _survivors_fail(fault_job(n, "kill", transport, [calls]), n, transport, calls)
 
 
+def test_killed_rank_relayed():
+    """On mpi at N = 5, rank 1 SIGKILLed inside a stream of ring all-reduces:
+    ranks 3 and 4 never wait on rank 1 (their neighbours in the ring are
+    alive), so they learn of its death only from a survivor's notice, and
+    raise PeerFailure naming it as every survivor does."""
+    calls = "all_reduce:ring"
+    _survivors_fail(fault_job(5, "kill", "mpi", [calls]), 5, "mpi", calls)
+
+
 FAMILIES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
             "gather", "scatter", "barrier", "p2p"]
 
