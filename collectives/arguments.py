@@ -127,3 +127,16 @@ def block_at(c: str, whole, part, start: int) -> None:
             address(part) != address(whole) + start * part.itemsize:
         raise ValueError(f"{c}: x and out overlap; they may share memory only as this "
                          "rank's block of the larger one, for in place")
+
+
+def offset_in(c: str, whole, part) -> int:
+    """Where ``part`` lies in ``whole``, in elements, where it lies inside it
+    (in place), -1 where they do not overlap; ValueError for any other
+    overlap."""
+    if not part.nbytes or not np.may_share_memory(whole, part):
+        return -1
+    at, item = address(part) - address(whole), part.itemsize
+    if at < 0 or at % item or at + part.nbytes > whole.nbytes:
+        raise ValueError(f"{c}: x and out overlap; they may share memory only as this "
+                         "rank's block of the larger one, for in place")
+    return at // item

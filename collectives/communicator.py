@@ -508,6 +508,9 @@ class Communicator(HostsInfo):
         all_reduce).  ``x`` may be this rank's block of ``out`` (in place)."""
         c = "all_gather_v"
         name, x, out = self._begin(c, algorithm, x, out)
+        if counts is None and name is None and self._learns is not None and _row(x) \
+                and isinstance(x, np.ndarray):
+            return self._all_gather_v_learned(c, x, out, async_op)
         cs = self._counts(c, counts, x)
         rest, row = x.shape[1:], _row(x)
         out = args.rows_out(c, x, out, sum(cs), rest, self._device, "(sum(counts), *x.shape[1:])")
@@ -518,6 +521,23 @@ class Communicator(HostsInfo):
         return self._variable(c, name, cs, x, out, twin,
                               (x.reshape(-1), of, b), out, async_op,
                               (b[-1], x.dtype, None, None, name))
+
+    def _all_gather_v_learned(self, c: str, x, out, async_op: bool):
+        """The default ``all_gather_v`` without counts where the exchange goes
+        through shared memory: one collective whose first round tells every
+        rank every count (variable.all_gather_v_learned), no round of
+        agreement before it; ``out``, where given, is checked here but for
+        its rows, and for where ``x`` lies in it, which that round checks on
+        every rank."""
+        row = _row(x)
+        own_at = args.offset_in(c, out, x) if self._learned_out(
+            c, x, out, "(sum(counts), *x.shape[1:])") else -1
+        xf, base = x.reshape(-1), self._choose.base
+
+        def how(nbytes: int) -> str:  # the rest of the longest block, as all_gather would
+            return _REST.get(base("all_gather", nbytes), "staged")
+        return self._learned(c, x, out, async_op, lambda ep, of, make:
+                             variable.all_gather_v_learned(ep, xf, of, row, own_at, make, how))
 
     def gather_v(self, x, counts=None, out=None, root: int = 0, *,
                  algorithm: str | None = None, async_op: bool = False):
@@ -626,27 +646,41 @@ class Communicator(HostsInfo):
         round of agreement before it; ``out``, where given, is checked here
         but for its rows, which that round checks on every rank (``row``: the
         elements of a row of ``x``)."""
-        rest = x.shape[1:]
-        if out is not None:
-            v.array(c, "out", out, writable=True, device=self._device)
-            args.has_rows(c, "out", out)
-            v.out(c, out, (out.shape[0], *rest), x, "(sum(recv_counts), *x.shape[1:])",
-                  self._device)
-            if np.may_share_memory(x, out):
-                raise ValueError(f"{c}: out overlaps x; all_to_all_v has no in-place form")
-        sb, xf = variable.bounds(sc, row), x.reshape(-1)
+        if self._learned_out(c, x, out, "(sum(recv_counts), *x.shape[1:])") and \
+                np.may_share_memory(x, out):
+            raise ValueError(f"{c}: out overlaps x; all_to_all_v has no in-place form")
+        sb, xf, read = variable.bounds(sc, row), x.reshape(-1), self._learns
+        return self._learned(c, x, out, async_op, lambda ep, of, make:
+                             variable.all_to_all_v_learned(ep, xf, of, sb, row, make, read))
+
+    def _learned_out(self, c: str, x, out, what: str) -> bool:
+        """The checks of a learned call's ``out`` (where given: whether it
+        is) but for its rows, which the call's first round checks on every
+        rank."""
+        if out is None:
+            return False
+        v.array(c, "out", out, writable=True, device=self._device)
+        args.has_rows(c, "out", out)
+        v.out(c, out, (out.shape[0], *x.shape[1:]), x, what, self._device)
+        return True
+
+    def _learned(self, c: str, x, out, async_op: bool, run: Callable):
+        """Queue a call whose first round tells each rank what it receives
+        (the learned all_to_all_v and all_gather_v): ``run(ep, out's flat
+        view or None, make)`` returns the result, which ``make(elements)``
+        makes (a new array shaped like ``x``'s rows, and its flat view)
+        where ``out`` is None."""
+        rest, row = x.shape[1:], _row(x)
         of = None if out is None else out.reshape(-1)
-        read = self._learns
 
         def make(elements: int):
             o = empty((elements // row, *rest), x)
             return o, o.reshape(-1)
 
         def body(ep):
-            got = variable.all_to_all_v_learned(ep, xf, of, sb, row, make, read)
+            got = run(ep, of, make)
             return out if out is not None else got
-        return self._run(c, body, async_op, (0, x.dtype, None, None, None),
-                         self._on_device(x))
+        return self._run(c, body, async_op, (0, x.dtype, None, None, None), self._on_device(x))
 
     def reduce_scatter_v(self, x, counts, out=None, op="sum", *,
                          algorithm: str | None = None, async_op: bool = False):
@@ -888,6 +922,11 @@ class Communicator(HostsInfo):
 # disagrees with it on the call (its root, say) sent it (Transport.unclaimed)
 _ROOTED = frozenset(("broadcast", "scatter", "gather", "reduce", "gather_v", "scatter_v",
                      "scan", "exscan"))
+
+
+# how all_gather_v_learned moves the rest of blocks longer than its first
+# round, by all_gather's choice at the longest block's size
+_REST = {"one_copy": "read", "one_copy_or_staged": "regions"}
 
 
 def _row(x) -> int:

@@ -4,7 +4,9 @@
 ``reduce_scatter_v`` (MPI's ``Allgatherv`` ... ``Reduce_scatter``).  Every
 rank knows every count before anything moves (the caller's, or agreed by
 the Communicator first), so that block ``i`` of a concatenation is
-``buf[b[i]:b[i+1]]`` with ``b`` the same bounds everywhere (``bounds``).
+``buf[b[i]:b[i+1]]`` with ``b`` the same bounds everywhere (``bounds``);
+but for ``all_to_all_v_learned`` and ``all_gather_v_learned``, whose first
+round tells every rank the counts.
 Arrays are flat (1-D) views, in elements.
 
 Every message of these algorithms is sent, empty blocks included: a
@@ -93,6 +95,138 @@ def all_gather_v_one_copy(ep: Endpoint, x, out, b) -> None:
             rem.read(p, 0, out[b[p]:b[p + 1]], copy)
     _own(x, out, b, r, copy)
     rem.finish(sent=(n - 1) * x.nbytes)
+
+
+def all_gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, make, rest):
+    """``all_gather``'s ``direct`` rounds for counts that each rank alone
+    knows (``all_gather_v`` with counts None, where the exchange goes
+    through shared memory): the first round carries, after this rank's
+    first piece, its elements, the elements of a row (``row``), of its
+    ``out`` (-1: none) and where ``x`` lies in its ``out`` (``own_at``, -1:
+    apart), so that every rank learns every count in it, with no round of
+    agreement first, and checks every rank's (``_heads``).  ``out``: the
+    caller's flat result, or None, then ``make(elements)`` returns (the
+    result, its flat view).  The rest of the blocks longer than a round's
+    piece: read where they lie or in rounds, as ``rest(bytes of the longest
+    block)`` says ("read", "regions", "staged": ``all_gather``'s table at
+    that size).  Returns the result."""
+    n, r = ep.size, ep.rank
+    item, dt = x.itemsize, x.dtype
+    step, nbytes = _gather_round(ep, x)
+    at_h = step * item
+    stage = ep.stage(nbytes, _BYTE)
+    k = min(x.size, step)
+    if k:
+        stage[:k * item].view(dt)[:] = x[:k]
+    _HEAD.pack_into(stage, at_h, x.size, row, -1 if out is None else out.size, own_at)
+    views = ep.exchange(stage, sent=k * item * (n - 1), recv=0)
+    sizes = _heads([_HEAD.unpack_from(v, at_h) for v in views])
+    b = bounds(sizes, 1)
+    result = None
+    if out is None:
+        result, out = make(b[n])
+    peers = [(r + i) % n for i in range(1, n)]
+    _pieces(ep, views, peers, sizes, b, out, 0, step, dt)
+    apart = own_at < 0  # else x is its block of out already
+    if apart and k:  # the own block piece by piece, while x's piece is in the caches
+        out[b[r]:b[r] + k] = x[:k]
+    most = max(sizes)
+    how = rest(most * item) if most > step else "staged"
+
+    def reads(rem):
+        copy = streaming.copier(out, n)
+        for p in peers:
+            if sizes[p] > step:
+                rem.read(p, step * item, out[b[p] + step:b[p + 1]], copy)
+        if apart and x.size > step:
+            copy(out[b[r] + step:b[r + 1]], x[step:])
+        rem.finish(sent=(n - 1) * max(0, x.size - step) * item)
+
+    def rounds():  # direct's: a piece of step elements from every rank
+        mine = x.size
+        for lo in range(step, most, step):
+            k = min(mine, lo + step) - lo
+            if k == step:
+                views = ep.exchange(x[lo:lo + step], sent=k * item * (n - 1), recv=0)
+            else:  # the end of x, or past it: a round of step elements all the same
+                piece = ep.stage(step, x)
+                if k > 0:
+                    piece[:k] = x[lo:lo + k]
+                views = ep.exchange(piece, sent=max(0, k) * item * (n - 1), recv=0)
+            got = 0
+            for p in peers:
+                k = min(sizes[p], lo + step) - lo
+                if k > 0:
+                    at = b[p] + lo
+                    np.copyto(out[at:at + k], views[p][:k] if k < step else views[p])
+                    got += k
+            ep.recv_bytes += got * item
+            k = min(mine, lo + step) - lo
+            if apart and k > 0:
+                np.copyto(out[b[r] + lo:b[r] + lo + k], x[lo:lo + k])
+
+    if how == "read":
+        reads(ep.expose(x))
+    elif how == "regions":
+        regions_or_staged(ep, x, reads, rounds)
+    else:
+        rounds()
+    return result
+
+
+def _pieces(ep: Endpoint, views, peers, sizes, b, out, lo: int, step: int, dt) -> None:
+    """Elements ``lo`` to ``lo + step`` of every peer's block, from its
+    round (``views``) into its place in ``out``; counted as received."""
+    item, got = dt.itemsize, 0
+    for p in peers:
+        k = min(sizes[p], lo + step) - lo
+        if k > 0:
+            out[b[p] + lo:b[p] + lo + k] = views[p][:k * item].view(dt)
+            got += k
+    ep.recv_bytes += got * item
+
+
+def _gather_round(ep: Endpoint, x) -> tuple[int, int]:
+    """``all_gather_v_learned``'s round for arrays like ``x``: (the elements
+    of a block that it carries, a multiple of 64 bytes, the round's bytes
+    with the head after them): ``direct``'s round (ranks.round_bytes), the
+    head after it where the exchange buffer holds both."""
+    item, most = x.itemsize, ep.chunk_bytes(x) - _HEAD_BYTES
+    step = min(round_bytes(ep, x, every_size=True), most) // item
+    align = max(1, 64 // item)
+    step = max(align, step - step % align)
+    return step, step * item + _HEAD_BYTES
+
+
+_HEAD = struct.Struct("<4q")
+_HEAD_BYTES = 64
+
+
+def _heads(heads) -> list[int]:
+    """Every rank's elements, from the first round's heads (elements, of a
+    row, of out or -1, where x lies in out or -1), once every rank's are
+    checked: rows alike, every ``out`` as long as the blocks together, and
+    an ``x`` inside its ``out`` exactly at its block; else every rank raises
+    the same error."""
+    n = len(heads)
+    if len({h[1] for h in heads}) > 1:
+        raise CollectiveError(
+            "the ranks' rows differ in length: " + ", ".join(
+                f"rank {p}'s rows hold {h[1]} elements" for p, h in enumerate(heads)),
+            ranks=list(range(n)))
+    sizes = [h[0] for h in heads]
+    b = bounds(sizes, 1)
+    for q, h in enumerate(heads):
+        if h[2] != -1 and h[2] != b[n]:
+            raise CollectiveError(
+                f"rank {q}'s out differs from the blocks: it holds {h[2]} elements where "
+                f"the ranks' blocks hold {b[n]}", ranks=[q])
+        if h[3] != -1 and h[3] != b[q]:
+            raise CollectiveError(
+                f"rank {q} passes its x in place at element {h[3]} of its out, where the "
+                f"ranks' counts put its block at element {b[q]} (x's place and the counts "
+                "differ)", ranks=[q])
+    return sizes
 
 
 def all_gather_v_alone(x, out, b) -> None:

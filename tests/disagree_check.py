@@ -7,9 +7,10 @@ root) passes something else than the others: a dtype of the same item
 size (float32 against int32), another op (max against sum), another root;
 at 8 B, 64 KiB and 1 MiB, with the default and with every algorithm
 offered; and counts that disagree (rank 1 believes rank 0 has a row more)
-in the variable-count calls, and in all_to_all_v's default rank 1 passing
-no recv_counts where the others pass them, or, with none passed, an out of
-a row more or rows of another length.  Each case runs on a fresh sub-communicator of a world that no
+in the variable-count calls, and in all_to_all_v's and all_gather_v's
+defaults rank 1 passing no (recv_)counts where the others pass them, or,
+with none passed, an out of a row more, rows of another length or (all_gather_v)
+an x in place at another rank's block of its out.  Each case runs on a fresh sub-communicator of a world that no
 case touches; each rank records ``["raised", class, seconds, message]``,
 or ``["returned", what its next call (a barrier) did]``, and rank 0 writes ``{case: [record per rank]}``.
 Run it with a short COLLECTIVES_TIMEOUT: a rank that would hang fails its
@@ -66,6 +67,19 @@ def run(comm, kind: str, call: str, alg, nbytes: int, odd: bool | None = None):
     rows = [count + 1 if kind == "counts" and odd and j == 0 else count for j in range(n)]
     if call == "all_gather_v":
         return comm.all_gather_v(np.ones(rows[comm.rank], dt), rows, algorithm=alg)
+    if call == "all_gather_v/none":  # rank 1 passes no counts, the others do
+        cs = None if kind == "counts" and odd else [count] * n
+        return comm.all_gather_v(np.ones(count, dt), cs, algorithm=alg)
+    if call == "all_gather_v/out":  # no counts; rank 1's out holds a row more
+        out = np.empty(count * n + (kind == "counts" and odd), dt)
+        return comm.all_gather_v(np.ones(count, dt), out=out, algorithm=alg)
+    if call == "all_gather_v/row":  # no counts; rank 1's rows hold two elements
+        return comm.all_gather_v(np.ones((count, 1 + (kind == "counts" and odd)), dt),
+                                 algorithm=alg)
+    if call == "all_gather_v/at":  # no counts; rank 1's x is block 0 of its out (in place)
+        out = np.ones(count * n, dt)
+        at = 0 if kind == "counts" and odd else comm.rank * count
+        return comm.all_gather_v(out[at:at + count], out=out, algorithm=alg)
     if call == "reduce_scatter_v":
         return comm.reduce_scatter_v(np.ones(sum(rows), dt), rows, algorithm=alg)
     if call == "all_to_all_v/recv":  # rank 1 passes no recv_counts, the others do
@@ -87,7 +101,8 @@ CALLS = {"dtype": ("all_reduce", "reduce_scatter", "broadcast", "gather"),
          "op": ("all_reduce", "reduce_scatter", "reduce", "scan"),
          "root": ("reduce", "broadcast", "gather", "scatter", "gather_v"),
          "counts": ("all_gather_v", "reduce_scatter_v", "all_to_all_v", "all_to_all_v/recv",
-                    "all_to_all_v/out", "all_to_all_v/row")}
+                    "all_to_all_v/out", "all_to_all_v/row", "all_gather_v/none",
+                    "all_gather_v/out", "all_gather_v/row", "all_gather_v/at")}
 
 
 def _algorithms(comm, call: str) -> list:
@@ -95,9 +110,10 @@ def _algorithms(comm, call: str) -> list:
     without recv_counts: the default, where it learns them in its first
     round (shm: then every rank checks every out; elsewhere a rank's wrong
     out is its own ValueError, after the agreement)."""
-    if call in ("all_to_all_v/out", "all_to_all_v/row"):
+    if call in ("all_to_all_v/out", "all_to_all_v/row", "all_gather_v/out", "all_gather_v/row",
+                "all_gather_v/at"):
         return [None] if "staged" in comm.algorithms("all_to_all_v") else []
-    if call == "all_to_all_v/recv":
+    if call in ("all_to_all_v/recv", "all_gather_v/none"):
         return [None]
     return [None] + comm.algorithms(call)
 

@@ -203,6 +203,16 @@ MUTANTS: list[Mutant] = [
            ("tests/test_variable.py::test_disagreeing_ranks_raise[2-shm]",),
            "all_to_all_v's ranks no longer compare the count matrix: a rank that expects a "
            "row more reads past its peer's block"),
+    Mutant("ag_v_learned_out_unchecked", "collectives", "collectives/variable.py",
+           "        if h[2] != -1 and h[2] != b[n]:", "        if False:",
+           ("tests/test_variable.py::test_disagreeing_ranks_raise[2-shm]",),
+           "all_gather_v without counts no longer compares each rank's out with the blocks: "
+           "a rank whose out holds a row more returns it with that row unwritten"),
+    Mutant("ag_v_learned_own_rest_lost", "collectives", "collectives/variable.py",
+           "            copy(out[b[r] + step:b[r + 1]], x[step:])", "            pass",
+           ("tests/test_variable.py::test_variable_calls_against_numpy[2-shm]",),
+           "all_gather_v without counts, its blocks read in place past the first round: a "
+           "rank's own block past that round is never copied into its out"),
     Mutant("a2a_v_bare_unread", "collectives", "collectives/variable.py",
            "                bare = {p for p in peers if _bare(read, n, rows[p][n] * item)}",
            "                bare = set()",

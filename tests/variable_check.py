@@ -91,6 +91,26 @@ def cases(comm):
                             expect(got, want)
                             assert o is None or got is o
                         add(f"all_gather_v {alg} {cs} {np.dtype(dt)} given={given} {mode}", f)
+    # counts None, blocks longer than the default's first round (512 KiB) on
+    # shm: the rest in rounds, in place from communicator-allocated arrays,
+    # and (N = 2, past 16 MiB a rank) read where it lies; a rank with none
+    rows_of = [(30000, False), (30000, True)] + ([(700000, False)] if n == 2 else [])
+    for scale, allocated in rows_of:
+        def f(scale=scale, allocated=allocated, seed=len(out)):
+            cs = [scale * ((r + 1) % 3) + r for r in range(n)]  # a rank with r rows alone
+            parts = [make(np.float64, (c, *REST), i, seed) for i, c in enumerate(cs)]
+            x = parts[me]
+            if allocated:  # one shape on every rank: the longest block
+                a = comm.empty((max(cs), *REST), x.dtype)[:len(x)]
+                a[...] = x
+                x = a
+            before = comm.traffic
+            expect(comm.all_gather_v(x), np.concatenate(parts))
+            d, row = comm.traffic - before, REST[0] * 8
+            moved = ((n - 1) * cs[me] * row, (sum(cs) - cs[me]) * row)
+            if comm.transport == "shm":  # the blocks' bytes, and nothing else
+                assert (d.sent_bytes, d.recv_bytes) == moved, (scale, allocated, d, moved)
+        add(f"all_gather_v None rows of {scale}{' allocated' * allocated}", f)
     for alg in [None] + comm.algorithms("gather_v"):
         for cs in patterns(n):
             for root in roots(n):
