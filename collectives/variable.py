@@ -113,23 +113,41 @@ def all_gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, make, rest
     n, r = ep.size, ep.rank
     item, dt = x.itemsize, x.dtype
     step, nbytes = _gather_round(ep, x)
-    at_h = step * item
-    stage = ep.stage(nbytes, _BYTE)
-    k = min(x.size, step)
-    if k:
-        stage[:k * item].view(dt)[:] = x[:k]
-    _HEAD.pack_into(stage, at_h, x.size, row, -1 if out is None else out.size, own_at)
-    views = ep.exchange(stage, sent=k * item * (n - 1), recv=0)
-    sizes = _heads([_HEAD.unpack_from(v, at_h) for v in views])
-    b = bounds(sizes, 1)
+    apart = own_at < 0  # else x is its block of out already
+
+    def stage(lo: int):
+        """This rank's round from element ``lo`` of x: the stage and the
+        piece's elements (none past the end of x: every rank's round has the
+        same bytes)."""
+        buf = ep.stage(nbytes, _BYTE)
+        k = max(0, min(x.size, lo + step) - lo)
+        if k:
+            buf[:k * item].view(dt)[:] = x[lo:lo + k]
+        return buf, k
+
+    def place(views, lo: int, k: int) -> None:
+        """Elements ``lo`` to ``lo + step`` of every peer's block, from its
+        round, and this rank's ``k`` (while they are in the caches), into
+        their places in ``out``; the peers' counted as received."""
+        got = 0
+        for p in peers:
+            m = min(sizes[p], lo + step) - lo
+            if m > 0:
+                out[b[p] + lo:b[p] + lo + m] = views[p][:m * item].view(dt)
+                got += m
+        ep.recv_bytes += got * item
+        if apart and k:
+            out[b[r] + lo:b[r] + lo + k] = x[lo:lo + k]
+
+    buf, k = stage(0)
+    _HEAD.pack_into(buf, step * item, x.size, row, -1 if out is None else out.size, own_at)
+    views = ep.exchange(buf, sent=k * item * (n - 1), recv=0)
+    sizes, b = _heads([_HEAD.unpack_from(v, step * item) for v in views])
     result = None
     if out is None:
         result, out = make(b[n])
     peers = [(r + i) % n for i in range(1, n)]
-    _pieces(ep, views, peers, sizes, b, out, 0, step, dt)
-    apart = own_at < 0  # else x is its block of out already
-    if apart and k:  # the own block piece by piece, while x's piece is in the caches
-        out[b[r]:b[r] + k] = x[:k]
+    place(views, 0, k)
     most = max(sizes)
     how = rest(most * item) if most > step else "staged"
 
@@ -142,28 +160,10 @@ def all_gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, make, rest
             copy(out[b[r] + step:b[r + 1]], x[step:])
         rem.finish(sent=(n - 1) * max(0, x.size - step) * item)
 
-    def rounds():  # direct's: a piece of step elements from every rank
-        mine = x.size
+    def rounds():  # direct's: a piece of up to step elements from every rank
         for lo in range(step, most, step):
-            k = min(mine, lo + step) - lo
-            if k == step:
-                views = ep.exchange(x[lo:lo + step], sent=k * item * (n - 1), recv=0)
-            else:  # the end of x, or past it: a round of step elements all the same
-                piece = ep.stage(step, x)
-                if k > 0:
-                    piece[:k] = x[lo:lo + k]
-                views = ep.exchange(piece, sent=max(0, k) * item * (n - 1), recv=0)
-            got = 0
-            for p in peers:
-                k = min(sizes[p], lo + step) - lo
-                if k > 0:
-                    at = b[p] + lo
-                    np.copyto(out[at:at + k], views[p][:k] if k < step else views[p])
-                    got += k
-            ep.recv_bytes += got * item
-            k = min(mine, lo + step) - lo
-            if apart and k > 0:
-                np.copyto(out[b[r] + lo:b[r] + lo + k], x[lo:lo + k])
+            buf, k = stage(lo)
+            place(ep.exchange(buf, sent=k * item * (n - 1), recv=0), lo, k)
 
     if how == "read":
         reads(ep.expose(x))
@@ -172,18 +172,6 @@ def all_gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, make, rest
     else:
         rounds()
     return result
-
-
-def _pieces(ep: Endpoint, views, peers, sizes, b, out, lo: int, step: int, dt) -> None:
-    """Elements ``lo`` to ``lo + step`` of every peer's block, from its
-    round (``views``) into its place in ``out``; counted as received."""
-    item, got = dt.itemsize, 0
-    for p in peers:
-        k = min(sizes[p], lo + step) - lo
-        if k > 0:
-            out[b[p] + lo:b[p] + lo + k] = views[p][:k * item].view(dt)
-            got += k
-    ep.recv_bytes += got * item
 
 
 def _gather_round(ep: Endpoint, x) -> tuple[int, int]:
@@ -202,9 +190,9 @@ _HEAD = struct.Struct("<4q")
 _HEAD_BYTES = 64
 
 
-def _heads(heads) -> list[int]:
-    """Every rank's elements, from the first round's heads (elements, of a
-    row, of out or -1, where x lies in out or -1), once every rank's are
+def _heads(heads) -> tuple[list[int], list[int]]:
+    """Every rank's elements and their bounds, from the first round's heads
+    (elements, of a row, of out or -1, where x lies in out or -1), once every rank's are
     checked: rows alike, every ``out`` as long as the blocks together, and
     an ``x`` inside its ``out`` exactly at its block; else every rank raises
     the same error."""
@@ -226,7 +214,7 @@ def _heads(heads) -> list[int]:
                 f"rank {q} passes its x in place at element {h[3]} of its out, where the "
                 f"ranks' counts put its block at element {b[q]} (x's place and the counts "
                 "differ)", ranks=[q])
-    return sizes
+    return sizes, b
 
 
 def all_gather_v_alone(x, out, b) -> None:
