@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from launch import LAUNCH, MPIEXEC, ROOT, mpi_env
+from launch import LAUNCH, MPIEXEC, ROOT, mpi_env, run_launch
 
 SCRIPT = ROOT / "cluster" / "cluster"
 ENABLED = os.environ.get("CLUSTER_TESTS", "") not in ("", "0")
@@ -76,8 +76,7 @@ def run(spec: str, argv: list[str], timeout: float = 300, **extra: str
         ) -> subprocess.CompletedProcess:
     """Run ``python argv...`` on the ranks of ``spec``; the finished process."""
     try:
-        return subprocess.run(command(spec, argv), cwd=ROOT, env=env(**extra),
-                              capture_output=True, text=True, timeout=timeout)
+        return run_launch(command(spec, argv), env(**extra), timeout)
     except subprocess.TimeoutExpired as e:
         stop_jobs()
         raise AssertionError(f"{spec} {argv}: no end within {timeout} s\n{e.stdout}\n{e.stderr}")

@@ -11,7 +11,7 @@ import itertools
 import subprocess
 import sys
 
-from launch import LAUNCH, ROOT, mpi_env
+from launch import LAUNCH, mpi_env, run_launch
 
 LAYOUTS = {"2x2": "aabb", "2x3": "aaabbb", "4x2": "aabbccdd", "2+1+1": "aabc",
            "interleaved": "abab"}
@@ -28,8 +28,7 @@ def command(layout: str, argv: list[str], launcher=LAUNCH) -> list[str]:
 def run_layout(layout: str, argv: list[str], timeout: float = 300,
                **env: str) -> subprocess.CompletedProcess:
     """Run ``python argv...`` on the ranks of ``layout``; returns the finished process."""
-    return subprocess.run(command(layout, argv), cwd=ROOT, env=mpi_env(**env),
-                          capture_output=True, text=True, timeout=timeout)
+    return run_launch(command(layout, argv), mpi_env(**env), timeout)
 
 
 def host_of(layout: str) -> list[int]:

@@ -41,18 +41,22 @@ def launch_failed(said: str) -> bool:
     return any(m in said for m in LAUNCH_FAILURES)
 
 
-def run_mpi(n: int, argv: list[str], timeout: float = 300, launcher: Launcher = LAUNCH,
-            **env: str) -> subprocess.CompletedProcess:
-    """Run ``python argv...`` on ``n`` ranks; returns the finished process.
-    A launch that started no rank (``launch_failed``) is tried once more."""
-    cmd = launcher(n, [sys.executable, *argv])
-    p = subprocess.run(cmd, cwd=ROOT, env=mpi_env(**env), capture_output=True,
-                       text=True, timeout=timeout)
+def run_launch(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """Run launcher command ``cmd`` to its end; a launch that started no rank
+    (``launch_failed``) is tried once more."""
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode and launch_failed(p.stdout + p.stderr):
         print(f"the launcher started no rank; run again: {p.stderr[-500:]}", file=sys.stderr)
-        p = subprocess.run(cmd, cwd=ROOT, env=mpi_env(**env), capture_output=True,
-                           text=True, timeout=timeout)
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=timeout)
     return p
+
+
+def run_mpi(n: int, argv: list[str], timeout: float = 300, launcher: Launcher = LAUNCH,
+            **env: str) -> subprocess.CompletedProcess:
+    """Run ``python argv...`` on ``n`` ranks; returns the finished process
+    (``run_launch``)."""
+    return run_launch(launcher(n, [sys.executable, *argv]), mpi_env(**env), timeout)
 
 
 def start_mpi(n: int, argv: list[str], launcher: Launcher = LAUNCH, log: str | None = None,
