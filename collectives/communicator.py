@@ -543,11 +543,15 @@ class Communicator(HostsInfo):
                  algorithm: str | None = None, async_op: bool = False):
         """On root, every rank's ``x`` (rank i's has ``counts[i]`` rows)
         concatenated in rank order: shape (sum(counts), *x.shape[1:]); None
-        elsewhere.  ``counts`` None: agreed first.  On root ``x`` may be
-        root's block of ``out`` (in place)."""
+        elsewhere.  ``counts`` None: on shm root learns them from each rank's
+        messages (``_gather_v_learned``), elsewhere they are agreed first.  On
+        root ``x`` may be root's block of ``out`` (in place)."""
         c = "gather_v"
         name, x, out = self._begin(c, algorithm, x, out)
         root = v.rank(c, "root", root, self.size)
+        if counts is None and name is None and self._learns is not None and _row(x) \
+                and isinstance(x, np.ndarray):
+            return self._gather_v_learned(c, x, out, root, async_op)
         cs = self._counts(c, counts, x)
         b = variable.bounds(cs, _row(x))
         of = None
@@ -561,6 +565,24 @@ class Communicator(HostsInfo):
         twin = (x.reshape(-1), of, root)
         return self._variable(c, name, cs, x, out, twin, (x.reshape(-1), of, b, root), out, async_op,
                               (b[-1], x.dtype, None, root, name))
+
+    def _gather_v_learned(self, c: str, x, out, root: int, async_op: bool):
+        """The default ``gather_v`` without counts where the exchange goes
+        through shared memory: each rank sends root its count before its
+        block (variable.gather_v_learned), no round of agreement before it;
+        root's ``out``, where given, is checked here but for its rows, which
+        root checks against the counts it receives.  The call key holds the
+        bytes of a row (every rank's rows alike)."""
+        row, own_at = _row(x), -1
+        if self.rank == root:
+            if self._learned_out(c, x, out, "(sum(counts), *x.shape[1:])"):
+                own_at = args.offset_in(c, out, x)
+        else:
+            out = None
+        xf = x.reshape(-1)
+        return self._learned(c, x, out, async_op, lambda ep, of, make:
+                             variable.gather_v_learned(ep, xf, of, row, own_at, root, make),
+                             (row, x.dtype, None, root, None))
 
     def scatter_v(self, x, counts, out=None, root: int = 0, *, algorithm: str | None = None,
                   async_op: bool = False):
@@ -664,12 +686,14 @@ class Communicator(HostsInfo):
         v.out(c, out, (out.shape[0], *x.shape[1:]), x, what, self._device)
         return True
 
-    def _learned(self, c: str, x, out, async_op: bool, run: Callable):
+    def _learned(self, c: str, x, out, async_op: bool, run: Callable,
+                 sig: tuple | None = None):
         """Queue a call whose first round tells each rank what it receives
         (the learned all_to_all_v and all_gather_v): ``run(ep, out's flat
         view or None, make)`` returns the result, which ``make(elements)``
         makes (a new array shaped like ``x``'s rows, and its flat view)
-        where ``out`` is None."""
+        where ``out`` is None.  ``sig``: the call's (count, dtype, op, root,
+        name) for its key (default: no count, x's dtype)."""
         rest, row = x.shape[1:], _row(x)
         of = None if out is None else out.reshape(-1)
 
@@ -680,7 +704,8 @@ class Communicator(HostsInfo):
         def body(ep):
             got = run(ep, of, make)
             return out if out is not None else got
-        return self._run(c, body, async_op, (0, x.dtype, None, None, None), self._on_device(x))
+        return self._run(c, body, async_op, sig or (0, x.dtype, None, None, None),
+                         self._on_device(x))
 
     def reduce_scatter_v(self, x, counts, out=None, op="sum", *,
                          algorithm: str | None = None, async_op: bool = False):

@@ -6,7 +6,8 @@ rank knows every count before anything moves (the caller's, or agreed by
 the Communicator first), so that block ``i`` of a concatenation is
 ``buf[b[i]:b[i+1]]`` with ``b`` the same bounds everywhere (``bounds``);
 but for ``all_to_all_v_learned`` and ``all_gather_v_learned``, whose first
-round tells every rank the counts.
+round tells every rank the counts, and ``gather_v_learned``, whose root
+takes them from the size of each rank's message.
 Arrays are flat (1-D) views, in elements.
 
 Every message of these algorithms is sent, empty blocks included: a
@@ -20,7 +21,8 @@ Bytes on the wire per rank, with S_i rank i's block, T = sum of S_i
 
   all_gather_v    ring, linear, one_copy: T - S_rank received, S_rank sent
                   to each peer ((N-1) S_rank)
-  gather_v        linear, one_copy: root receives T - S_root, rank i sends S_i
+  gather_v        linear, one_copy, learned: root receives T - S_root, rank i
+                  sends S_i
   scatter_v       linear, one_copy: root sends T - S_root, rank i receives S_i
   all_to_all_v    pairwise, linear, one_copy, staged, one_copy_or_staged:
                   every block for another rank sent once; one_copy first
@@ -243,6 +245,95 @@ def gather_v_one_copy(ep: Endpoint, x, out, b, root: int) -> None:
     elif x.size:
         rem.write(root, b[r] * x.itemsize, x, streaming.copier(x, n))
     rem.finish(received=(b[n] - (b[r + 1] - b[r])) * x.itemsize if r == root else 0)
+
+
+def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, make):
+    """``linear`` for counts that each rank alone knows (``gather_v`` with
+    counts None, where the exchange goes through shared memory): every
+    other rank sends root its block and leaves, as linear's ranks do; root
+    learns each block's length from the first slot of its message
+    (``probe``, MPI_Probe's count; the blocks wait in their senders' slots
+    meanwhile), checks its ``out`` against them and receives each block
+    into its place, so no rank waits for an agreement first.  The call key
+    carries the bytes of a row, so that a rank whose rows differ is caught
+    by its message.
+
+    A block of ``READ_BYTES`` or more, where the ranks read each other's
+    memory, goes as ``one_copy``'s: its message is a rendezvous (its
+    sender's address); root answers with where the block goes in its
+    ``out``, and the sender writes it there while root copies its own (at
+    N = 2 root reads the last third itself, as gather's ``_split``), then
+    says it is done.  The answers and the done words are not counted.
+
+    ``out`` (root): the caller's flat result or None, then
+    ``make(elements)`` returns (the result, its flat view); ``own_at``:
+    where root's ``x`` lies in it (-1: apart).  Returns root's result
+    (None elsewhere)."""
+    n, r, item = ep.size, ep.rank, x.itemsize
+    if r != root:
+        if x.nbytes < READ_BYTES or not ep.one_copy:
+            ep.isend(x, root).wait()
+            return None
+        where = np.empty(2, np.int64)  # (address, elements this rank writes)
+        sent = ep.isend_read(x, root)
+        ep.waitall([ep.irecv(where, root)])
+        addr, k = where.tolist()
+        if k:
+            ep.write_into(root, addr, x[:k])
+        ep.waitall([sent, ep.isend(_DONE, root)])
+        ep.sent_bytes -= _DONE.nbytes
+        ep.recv_bytes -= where.nbytes
+        return None
+    peers = [p for p in range(n) if p != r]
+    sizes, reads = [x.size] * n, []
+    for p, (nbytes, by_read) in zip(peers, ep.probe(peers)):
+        if nbytes % (row * item):
+            raise CollectiveError(f"rank {p}'s block of {nbytes} bytes is not rows of {row} "
+                                  f"elements of {x.dtype}", ranks=[p])
+        sizes[p] = nbytes // item
+        if by_read:
+            reads.append(p)
+    b = bounds(sizes, 1)
+    result = None
+    if out is None:
+        result, out = make(b[n])
+    elif out.size != b[n]:
+        raise CollectiveError(f"root's out differs from the blocks: it holds {out.size} "
+                              f"elements where the ranks' blocks hold {b[n]}", ranks=[r])
+    if own_at != -1 and own_at != b[r]:
+        raise CollectiveError(f"root passes its x in place at element {own_at} of its out, "
+                              f"where the ranks' counts put its block at element {b[r]} "
+                              "(x's place and the counts differ)", ranks=[r])
+    written = {p: _written(sizes[p], item, n) for p in reads}
+    at = address(out)
+    reqs = [ep.isend(np.array([at + b[p] * item, written[p]], np.int64), p) for p in reads]
+    reqs += [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers if p not in written]
+    if own_at < 0:
+        _own(x, out, b, r)
+    done = np.empty(len(reads), np.int64)
+    for i, p in enumerate(reads):  # the rest of the block, then the sender's word
+        reqs.append(ep.irecv_tail(out[b[p] + written[p]:b[p + 1]], p, written[p] * item))
+        reqs.append(ep.irecv(done[i:i + 1], p))
+    ep.waitall(reqs)
+    ep.sent_bytes -= 16 * len(reads)
+    ep.recv_bytes -= done.nbytes
+    return result
+
+
+def _written(k: int, item: int, n: int) -> int:
+    """The elements of a block of ``k`` that its sender writes into root's
+    ``out`` (gather_v_learned): all of them, but at N = 2 the last third
+    (from a 4 KiB boundary), which root reads once its own block is copied."""
+    if n != 2:
+        return k
+    tail, page = k // 3, max(1, 4096 // item)
+    if tail > page:
+        tail -= tail % page
+    return k - tail
+
+
+READ_BYTES = 2 << 20  # gather_v_learned's blocks go as one_copy's from this size
+_DONE = np.zeros(1, np.int64)
 
 
 def gather_v_alone(x, out, b, root: int) -> None:

@@ -10,7 +10,8 @@ offered; and counts that disagree (rank 1 believes rank 0 has a row more)
 in the variable-count calls, and in all_to_all_v's and all_gather_v's
 defaults rank 1 passing no (recv_)counts where the others pass them, or,
 with none passed, an out of a row more, rows of another length or (all_gather_v)
-an x in place at another rank's block of its out.  Each case runs on a fresh sub-communicator of a world that no
+an x in place at another rank's block of its out; and the same in gather_v's
+default (no counts: root learns them from each rank's messages on shm).  Each case runs on a fresh sub-communicator of a world that no
 case touches; each rank records ``["raised", class, seconds, message]``,
 or ``["returned", what its next call (a barrier) did]``, and rank 0 writes ``{case: [record per rank]}``.
 Run it with a short COLLECTIVES_TIMEOUT: a rank that would hang fails its
@@ -63,6 +64,17 @@ def run(comm, kind: str, call: str, alg, nbytes: int, odd: bool | None = None):
         return comm.scan(x, op=op, algorithm=alg)
     if call == "gather_v":
         return comm.gather_v(x, [count] * n, root=root, algorithm=alg)
+    if call == "gather_v/learned":  # no counts
+        return comm.gather_v(x, root=root, algorithm=alg)
+    if call == "gather_v/none":  # rank 1 passes no counts, the others do
+        cs = None if kind == "counts" and odd else [count] * n
+        return comm.gather_v(x, cs, algorithm=alg)
+    if call == "gather_v/out":  # no counts; root (rank 1)'s out holds a row more
+        out = np.empty(count * n + (kind == "counts" and odd), dt) if comm.rank == 1 else None
+        return comm.gather_v(x, out=out, root=1, algorithm=alg)
+    if call == "gather_v/row":  # no counts; rank 1's rows hold two elements
+        return comm.gather_v(np.ones((count, 1 + (kind == "counts" and odd)), dt),
+                             algorithm=alg)
     # counts: rank 1 believes rank 0 has one row more than rank 0 has
     rows = [count + 1 if kind == "counts" and odd and j == 0 else count for j in range(n)]
     if call == "all_gather_v":
@@ -99,10 +111,11 @@ def run(comm, kind: str, call: str, alg, nbytes: int, odd: bool | None = None):
 
 CALLS = {"dtype": ("all_reduce", "reduce_scatter", "broadcast", "gather"),
          "op": ("all_reduce", "reduce_scatter", "reduce", "scan"),
-         "root": ("reduce", "broadcast", "gather", "scatter", "gather_v"),
+         "root": ("reduce", "broadcast", "gather", "scatter", "gather_v", "gather_v/learned"),
          "counts": ("all_gather_v", "reduce_scatter_v", "all_to_all_v", "all_to_all_v/recv",
                     "all_to_all_v/out", "all_to_all_v/row", "all_gather_v/none",
-                    "all_gather_v/out", "all_gather_v/row", "all_gather_v/at")}
+                    "all_gather_v/out", "all_gather_v/row", "all_gather_v/at", "gather_v/none",
+                    "gather_v/out", "gather_v/row")}
 
 
 def _algorithms(comm, call: str) -> list:
@@ -111,9 +124,9 @@ def _algorithms(comm, call: str) -> list:
     round (shm: then every rank checks every out; elsewhere a rank's wrong
     out is its own ValueError, after the agreement)."""
     if call in ("all_to_all_v/out", "all_to_all_v/row", "all_gather_v/out", "all_gather_v/row",
-                "all_gather_v/at"):
+                "all_gather_v/at", "gather_v/out", "gather_v/row"):
         return [None] if "staged" in comm.algorithms("all_to_all_v") else []
-    if call in ("all_to_all_v/recv", "all_gather_v/none"):
+    if call in ("all_to_all_v/recv", "all_gather_v/none", "gather_v/none", "gather_v/learned"):
         return [None]
     return [None] + comm.algorithms(call)
 

@@ -79,11 +79,12 @@ def write(outdir: str, rank: int, **info) -> None:
 
 def stream(comm, calls: list[str]) -> None:
     """``calls``: collectives, each maybe with its algorithm (``all_gather:one_copy``;
-    the one-copy ones on arrays of 8 MB, so that a kill lands inside a read)."""
+    the one-copy ones on arrays of 8 MB, so that a kill lands inside a read;
+    ``gather_v`` without counts on blocks of 8 and 4 MB)."""
     n, r = comm.size, comm.rank
     small = np.ones(200_000, np.float32), np.ones((n, 50_000), np.float32)
     large = (np.ones(2_000_000, np.float32), np.ones((n, 500_000), np.float32)) \
-        if any(c.endswith(":one_copy") for c in calls) else small
+        if any(c.endswith(":one_copy") or c == "gather_v" for c in calls) else small
     for i in range(100000):
         call, _, alg = calls[i % len(calls)].partition(":")
         x, blocks = large if alg == "one_copy" else small
@@ -102,6 +103,9 @@ def stream(comm, calls: list[str]) -> None:
             comm.reduce(x, root=i % n, **kw)
         elif call == "gather":
             comm.gather(x[:x.size // 4], root=i % n, **kw)
+        elif call == "gather_v":  # no counts: blocks of 8 and 4 MB (each rank writes its own)
+            big = large[0]
+            comm.gather_v(big[:big.size // (1 + r % 2)], root=i % n, **kw)
         elif call == "scatter":
             comm.scatter(blocks if r == i % n else None, np.empty(blocks.shape[1], np.float32),
                          root=i % n, **kw)

@@ -208,6 +208,11 @@ MUTANTS: list[Mutant] = [
            ("tests/test_variable.py::test_disagreeing_ranks_raise[2-shm]",),
            "all_gather_v without counts no longer compares each rank's out with the blocks: "
            "a rank whose out holds a row more returns it with that row unwritten"),
+    Mutant("gv_learned_out_unchecked", "collectives", "collectives/variable.py",
+           "    elif out.size != b[n]:", "    elif False:",
+           ("tests/test_variable.py::test_disagreeing_ranks_raise[2-shm]",),
+           "gather_v without counts no longer compares root's out with the blocks it "
+           "learns: an out of a row more comes back with that row unwritten"),
     Mutant("ag_v_learned_own_rest_lost", "collectives", "collectives/variable.py",
            "            copy(out[b[r] + step:b[r + 1]], x[step:])", "            pass",
            ("tests/test_variable.py::test_variable_calls_against_numpy[2-shm]",),

@@ -124,6 +124,36 @@ def cases(comm):
                         else:
                             assert got is None
                     add(f"gather_v {alg} {cs} root={root} {np.dtype(dt)}", f)
+    # counts None, root's out new, given and in place; blocks past 2 MiB go
+    # by rendezvous on shm (variable.READ_BYTES); a rank with none; root
+    # receives the blocks' bytes and nothing else
+    for scale in (5, 30000, 100000):
+        for mode in ("new", "out", "inplace"):
+            def f(scale=scale, mode=mode, seed=len(out)):
+                cs = [scale * ((r + 1) % 3) + r for r in range(n)]
+                parts = [make(np.float64, (c, *REST), i, seed) for i, c in enumerate(cs)]
+                want, x = np.concatenate(parts), parts[me]
+                for root in roots(n):
+                    o = np.empty_like(want) if mode != "new" and me == root else None
+                    if o is not None and mode == "inplace":
+                        at = sum(cs[:me])
+                        o[at:at + cs[me]] = x
+                        x = o[at:at + cs[me]]
+                    before = comm.traffic
+                    got = comm.gather_v(x, root=root, out=o)
+                    d, row = comm.traffic - before, REST[0] * 8
+                    if me == root:
+                        expect(got, want)
+                        assert o is None or got is o
+                        moved = (0, (sum(cs) - cs[me]) * row)
+                    else:
+                        assert got is None
+                        moved = (cs[me] * row, 0)
+                    if comm.transport == "shm":
+                        assert (d.sent_bytes, d.recv_bytes) == moved, (scale, mode, root, d,
+                                                                      moved)
+                    x = parts[me]
+            add(f"gather_v None rows of {scale} {mode}", f)
     for alg in [None] + comm.algorithms("scatter_v"):
         for cs in patterns(n):
             for root in roots(n):

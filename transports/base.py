@@ -110,6 +110,18 @@ class Endpoint:
     def irecv(self, out: np.ndarray, peer: int, tag: int | None = None) -> Request:
         raise NotImplementedError
 
+    def probe(self, peers: list[int]) -> list[int]:
+        """The bytes of the next message of this collective from each of
+        ``peers`` (MPI_Probe's count), waiting for each to arrive, without
+        receiving it.  Only where the transport can (shm)."""
+        raise NotImplementedError(f"{type(self).__name__} has no probe")
+
+    def isend_read(self, buf: np.ndarray, peer: int) -> Request:
+        """``isend`` whose receiver copies ``buf`` straight out of this
+        process where the transport can (a rendezvous: one copy, not two;
+        ``buf`` is not to change until the send completes); else ``isend``."""
+        return self.isend(buf, peer)
+
     def irecv_reduce(self, acc: np.ndarray, peer: int, op: Reducer,
                      tag: int | None = None) -> Request:
         """Receive ``acc.nbytes`` bytes and reduce them into ``acc`` in place."""

@@ -42,14 +42,17 @@ class Recv(Request):
     the call size its sender's slots must carry."""
 
     __slots__ = ("ep", "peer", "tag", "call_bytes", "out", "acc", "op", "total", "off",
-                 "finished", "source")
+                 "finished", "source", "skip")
     external = False
 
-    def __init__(self, ep, peer, tag, out, acc=None, op=None):
+    def __init__(self, ep, peer, tag, out, acc=None, op=None, skip: int = 0):
         self.ep, self.peer, self.tag, self.call_bytes = ep, peer, tag, ep.call_bytes
         self.out = out  # uint8 view of the destination
         self.acc, self.op = acc, op
-        self.total = out.nbytes
+        # a rendezvous message's first bytes that its sender places itself
+        # (ShmEndpoint.irecv_tail): this receive reads the rest alone
+        self.skip = skip
+        self.total = skip + out.nbytes
         self.off = 0
         self.finished = False
         self.source = None  # an Unexpected message this receive was matched to
@@ -67,7 +70,7 @@ class Recv(Request):
     def read_remote(self, pid: int, addr: int, scratch: np.ndarray) -> None:
         """Copy the whole message out of the sender's memory (rendezvous)."""
         if self.op is None:
-            _cma.read(pid, addr, self.out)
+            _cma.read(pid, addr + self.skip, self.out)
             self.off = self.total
             return
         step = scratch.nbytes  # reduce chunk by chunk through a cache-sized buffer

@@ -30,6 +30,7 @@ from ..base import UNCHECKED, Deadline, Endpoint, Liveness, Reducer, Request, as
 from ..copy import address
 from ..errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, stray
 from .exchange import Exchange
+from . import _cma
 from .messages import Recv, Send, Unexpected
 from .one_copy import OneCopy, Remote
 from .regions import Regions
@@ -127,6 +128,40 @@ class ShmEndpoint(Endpoint):
 
     def isend(self, buf, peer, tag=None) -> Request:
         return self.enqueue(Send(self, peer, as_bytes(buf), self.tag if tag is None else tag))
+
+    def irecv_tail(self, out, peer: int, skip: int) -> Request:
+        """Receive the bytes from ``skip`` on of a rendezvous message (see
+        ``probe``) into ``out``, whose sender places its first ``skip``
+        bytes itself (``write_into``); the message completes as a whole."""
+        return self.post(Recv(self, peer, self.tag, as_bytes(out), skip=skip))
+
+    def write_into(self, peer: int, addr: int, src) -> None:
+        """Copy ``src`` (contiguous) to ``addr`` in ``peer``'s memory, with
+        process_vm_writev (``one_copy``): a rank that died raises
+        PeerFailure.  Not counted: the receiver counts its message whole."""
+        try:
+            _cma.write(self.liveness.pids[peer], addr, as_bytes(src))
+        except OSError as e:
+            raise self._cma_error(peer, f"writing into rank {peer}'s memory failed: {e}") \
+                from None
+
+    def _cma_error(self, peer: int, failed: str) -> CollectiveError:
+        """What a failed read of ``peer``'s memory or write into it raises:
+        PeerFailure where the peer has died, else ``failed``."""
+        if self.liveness.dead([peer]):
+            return PeerFailure(f"rank(s) [{peer}] died during {self.what}", ranks=[peer])
+        return CollectiveError(failed, ranks=[peer])
+
+    def isend_read(self, buf, peer) -> Request:
+        """A rendezvous send (the receiver reads ``buf`` with
+        process_vm_readv) where the ranks may read each other's memory
+        (``one_copy``), whatever ``cma_bytes`` says, for a numpy ``buf``;
+        else ``isend``."""
+        if not (self.one_copy and isinstance(buf, np.ndarray) and buf.nbytes):
+            return self.isend(buf, peer)
+        s = Send(self, peer, as_bytes(buf), self.tag)
+        s.rndv, s.chunks = True, 1
+        return self.enqueue(s)
 
     def enqueue(self, op: Send) -> Request:
         """Queue a send behind the others to its peer; start it if it is first."""
@@ -291,11 +326,7 @@ class ShmEndpoint(Endpoint):
         try:
             cur.read_remote(pid, addr, self.scratch)
         except OSError as e:
-            if self.liveness.dead([peer]):
-                raise PeerFailure(f"rank(s) [{peer}] died during {self.what}",
-                                  ranks=[peer]) from None
-            raise CollectiveError(f"reading rank {peer}'s message failed: {e}",
-                                  ranks=[peer]) from None
+            raise self._cma_error(peer, f"reading rank {peer}'s message failed: {e}") from None
 
     def _match(self, peer: int, tag: int, total: int, kind: int = EAGER, key: int = 0):
         posted = self.posted[peer]
@@ -363,6 +394,35 @@ class ShmEndpoint(Endpoint):
                 moved = self._progress()
             return all(r.finished for r in pending), moved
         self.block(step, lambda: self._waited_peers(pending), lambda: self._missing(pending))
+
+    def probe(self, peers: list[int]) -> list[tuple[int, bool]]:
+        """(bytes, whether it comes by rendezvous) of the next message of
+        this collective from each of ``peers``, once each has begun to
+        arrive; the messages stay in their slots for the receives that take
+        them (a collective's data waits for its receive).  A first slot
+        under another call key raises ``mismatched``; one of an earlier
+        collective, ``stray``."""
+        sizes: dict[int, tuple[int, bool]] = {}
+        u32, seq = self.seg.u32, self.tag
+
+        def step():
+            with self.lock:
+                moved = self._progress()
+                for p in peers:
+                    ch = self.in_ch[p]
+                    tail = int(u32[ch.tail])
+                    if p in sizes or int(u32[ch.head]) == tail or self.incoming[p] is not None:
+                        continue
+                    tag, total, _, _, kind, key = ch.hdr[tail & (ch.nslots - 1)].tolist()
+                    if tag != seq:
+                        raise stray(p, tag)
+                    if key != self.call_bytes and self.call_bytes != UNCHECKED:
+                        raise mismatched(p, seq, key, self.rank, self.call_bytes)
+                    sizes[p] = total, kind == RENDEZVOUS
+            return len(sizes) == len(peers), moved
+        self.block(step, lambda: self._waited_peers(()),
+                   lambda: [p for p in peers if p not in sizes])
+        return [sizes[p] for p in peers]
 
     def block(self, step, peers, missing) -> None:
         """Run ``step() -> (done, moved)`` until done; between fruitless steps,
