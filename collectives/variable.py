@@ -304,6 +304,12 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
         raise CollectiveError(f"root passes its x in place at element {own_at} of its out, "
                               f"where the ranks' counts put its block at element {b[r]} "
                               "(x's place and the counts differ)", ranks=[r])
+    if not reads:
+        reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers]
+        if own_at < 0:
+            _own(x, out, b, r)
+        ep.waitall(reqs)
+        return result
     written = {p: _written(sizes[p], item, n) for p in reads}
     at = address(out)
     reqs = [ep.isend(np.array([at + b[p] * item, written[p]], np.int64), p) for p in reads]

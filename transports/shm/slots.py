@@ -405,23 +405,29 @@ class ShmEndpoint(Endpoint):
         sizes: dict[int, tuple[int, bool]] = {}
         u32, seq = self.seg.u32, self.tag
 
+        def look() -> bool:  # the first slots that have come: all of them?
+            for p in peers:
+                ch = self.in_ch[p]
+                tail = int(u32[ch.tail])
+                if p in sizes or int(u32[ch.head]) == tail or self.incoming[p] is not None:
+                    continue
+                tag, total, _, _, kind, key = ch.hdr[tail & (ch.nslots - 1)].tolist()
+                if tag != seq:
+                    raise stray(p, tag)
+                if key != self.call_bytes and self.call_bytes != UNCHECKED:
+                    raise mismatched(p, seq, key, self.rank, self.call_bytes)
+                sizes[p] = total, kind == RENDEZVOUS
+            return len(sizes) == len(peers)
+
         def step():
             with self.lock:
                 moved = self._progress()
-                for p in peers:
-                    ch = self.in_ch[p]
-                    tail = int(u32[ch.tail])
-                    if p in sizes or int(u32[ch.head]) == tail or self.incoming[p] is not None:
-                        continue
-                    tag, total, _, _, kind, key = ch.hdr[tail & (ch.nslots - 1)].tolist()
-                    if tag != seq:
-                        raise stray(p, tag)
-                    if key != self.call_bytes and self.call_bytes != UNCHECKED:
-                        raise mismatched(p, seq, key, self.rank, self.call_bytes)
-                    sizes[p] = total, kind == RENDEZVOUS
-            return len(sizes) == len(peers), moved
-        self.block(step, lambda: self._waited_peers(()),
-                   lambda: [p for p in peers if p not in sizes])
+                return look(), moved
+        with self.lock:
+            ready = look()
+        if not ready:  # wait, moving this endpoint's other traffic meanwhile
+            self.block(step, lambda: self._waited_peers(()),
+                       lambda: [p for p in peers if p not in sizes])
         return [sizes[p] for p in peers]
 
     def block(self, step, peers, missing) -> None:
