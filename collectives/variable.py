@@ -271,7 +271,7 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
     (None elsewhere)."""
     n, r, item = ep.size, ep.rank, x.itemsize
     if r != root:
-        if x.nbytes < READ_BYTES or not ep.one_copy:
+        if not _writes(ep, x.nbytes):
             ep.isend(x, root).wait()
             return None
         where = np.empty(2, np.int64)  # (address, elements this rank writes)
@@ -291,7 +291,11 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
             raise CollectiveError(f"rank {p}'s block of {nbytes} bytes is not rows of {row} "
                                   f"elements of {x.dtype}", ranks=[p])
         sizes[p] = nbytes // item
-        if by_read:
+        if _writes(ep, nbytes):  # its sender waits for where to write it
+            if not by_read:
+                raise CollectiveError(f"rank {p} sent its block of {nbytes} bytes in slots "
+                                      "where the ranks' settings say it goes by rendezvous",
+                                      ranks=[p])
             reads.append(p)
     b = bounds(sizes, 1)
     result = None
@@ -324,6 +328,12 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
     ep.sent_bytes -= 16 * len(reads)
     ep.recv_bytes -= done.nbytes
     return result
+
+
+def _writes(ep: Endpoint, nbytes: int) -> bool:
+    """Whether gather_v_learned's sender of a block of ``nbytes`` writes it
+    into root's ``out`` (the same answer on every rank)."""
+    return nbytes >= READ_BYTES and ep.one_copy
 
 
 def _written(k: int, item: int, n: int) -> int:

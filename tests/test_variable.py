@@ -30,6 +30,16 @@ def test_variable_calls_against_numpy(n, transport):
     assert res["cases"] > 400 * n and res["failures"] == [], res["failures"][:5]
 
 
+def test_variable_calls_with_rendezvous_messages():
+    """On shm with every message of 4 KiB and more by rendezvous and 4 KiB
+    exchange buffers (conftest.CMA_ENV): blocks of gather_v without counts
+    that come by rendezvous below the size at which their senders write
+    them into root's out are received as any message."""
+    from conftest import CMA_ENV
+    res = _run(["tests/variable_check.py", "shm"], 3, **CMA_ENV)
+    assert res["cases"] > 400 * 3 and res["failures"] == [], res["failures"][:5]
+
+
 @pytest.mark.parametrize("layout", ["2x2", "2+1+1"])
 def test_variable_calls_on_hosts(layout):
     res = _run(["tests/variable_check.py", "hier"], layout=LAYOUTS[layout])
