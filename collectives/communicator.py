@@ -9,7 +9,7 @@ import numpy as np
 
 from transports import (CollectiveError, CollectiveTimeout, KINDS, PeerFailure, Transport,
                         open_transport)
-from transports.base import UNCHECKED, broken_error
+from transports.base import UNCHECKED, Endpoint, broken_error
 from transports.errors import describe
 
 from . import arguments as args
@@ -99,6 +99,9 @@ class Communicator(HostsInfo):
         a2a = self._tables["all_to_all_v"]
         self._learns = None if self.size == 1 or "staged" not in a2a else \
             "one_copy_or_staged" in a2a
+        # gather_v without counts: root learns them from its messages' sizes
+        # where the collective endpoint can probe them (shm, mpi)
+        self._probes = self.size > 1 and type(transport.coll).probe is not Endpoint.probe
         # the default choices: the selection table, a tuning file, adaptation
         hosts = transport.hosts
         layout = tuple(hosts.host_of.count(h) for h in range(hosts.hosts))
@@ -543,13 +546,13 @@ class Communicator(HostsInfo):
                  algorithm: str | None = None, async_op: bool = False):
         """On root, every rank's ``x`` (rank i's has ``counts[i]`` rows)
         concatenated in rank order: shape (sum(counts), *x.shape[1:]); None
-        elsewhere.  ``counts`` None: on shm root learns them from each rank's
-        messages (``_gather_v_learned``), elsewhere they are agreed first.  On
+        elsewhere.  ``counts`` None: on shm and mpi root learns them from each
+        rank's message (``_gather_v_learned``), elsewhere they are agreed first.  On
         root ``x`` may be root's block of ``out`` (in place)."""
         c = "gather_v"
         name, x, out = self._begin(c, algorithm, x, out)
         root = v.rank(c, "root", root, self.size)
-        if counts is None and name is None and self._learns is not None and _row(x) \
+        if counts is None and name is None and self._probes and _row(x) \
                 and isinstance(x, np.ndarray):
             return self._gather_v_learned(c, x, out, root, async_op)
         cs = self._counts(c, counts, x)
@@ -567,9 +570,10 @@ class Communicator(HostsInfo):
                               (b[-1], x.dtype, None, root, name))
 
     def _gather_v_learned(self, c: str, x, out, root: int, async_op: bool):
-        """The default ``gather_v`` without counts where the exchange goes
-        through shared memory: each rank sends root its count before its
-        block (variable.gather_v_learned), no round of agreement before it;
+        """The default ``gather_v`` without counts where the collective
+        endpoint probes its messages' sizes (shm, mpi): each rank sends root
+        its block, whose size tells root its count (variable.gather_v_learned),
+        no round of agreement before it;
         root's ``out``, where given, is checked here but for its rows, which
         root checks against the counts it receives.  The call key holds the
         bytes of a row (every rank's rows alike)."""

@@ -11,7 +11,7 @@ in the variable-count calls, and in all_to_all_v's and all_gather_v's
 defaults rank 1 passing no (recv_)counts where the others pass them, or,
 with none passed, an out of a row more, rows of another length or (all_gather_v)
 an x in place at another rank's block of its out; and the same in gather_v's
-default (no counts: root learns them from each rank's messages on shm).  Each case runs on a fresh sub-communicator of a world that no
+default (no counts: root learns them from each rank's message on shm and mpi).  Each case runs on a fresh sub-communicator of a world that no
 case touches; each rank records ``["raised", class, seconds, message]``,
 or ``["returned", what its next call (a barrier) did]``, and rank 0 writes ``{case: [record per rank]}``.
 Run it with a short COLLECTIVES_TIMEOUT: a rank that would hang fails its
@@ -123,8 +123,10 @@ def _algorithms(comm, call: str) -> list:
     without recv_counts: the default, where it learns them in its first
     round (shm: then every rank checks every out; elsewhere a rank's wrong
     out is its own ValueError, after the agreement)."""
+    if call in ("gather_v/out", "gather_v/row"):  # root learns the counts (shm, mpi)
+        return [None] if comm.transport != "hier" else []
     if call in ("all_to_all_v/out", "all_to_all_v/row", "all_gather_v/out", "all_gather_v/row",
-                "all_gather_v/at", "gather_v/out", "gather_v/row"):
+                "all_gather_v/at"):
         return [None] if "staged" in comm.algorithms("all_to_all_v") else []
     if call in ("all_to_all_v/recv", "all_gather_v/none", "gather_v/none", "gather_v/learned"):
         return [None]

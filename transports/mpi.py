@@ -571,6 +571,39 @@ class MpiEndpoint(Endpoint):
             nap = min(_NAP_MAX, nap * 2 or 2e-5)
             time.sleep(nap)
 
+    def probe(self, peers: list[int]) -> list[tuple[int, bool]]:
+        """(bytes, False) of each peer's next message of this collective
+        (MPI_Iprobe under the call's tag and MPI_Get_count), once each has
+        come, waiting as ``waitall`` does: a peer's message of this call
+        under another call size raises ``mismatched`` (``_watch``)."""
+        sizes: dict[int, tuple[int, bool]] = {}
+        st, tag, dl = MPI.Status(), self._tag(None), None
+        polls, nap = 0, 0.0
+        while True:
+            had = len(sizes)
+            for p in peers:
+                if p not in sizes:
+                    with self.t.lock:
+                        if self.comm.Iprobe(p, tag, st):
+                            sizes[p] = st.Get_count(MPI.BYTE), False
+            if len(sizes) == len(peers):
+                return [sizes[p] for p in peers]
+            if dl is None:
+                dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
+            if len(sizes) > had:
+                dl.progress()
+                polls, nap = 0, 0.0
+                continue
+            polls += 1
+            if polls < _POLLS:
+                os.sched_yield()
+                continue
+            missing = [p for p in peers if p not in sizes]
+            dl.check(self.t.liveness, lambda: missing, lambda: missing, self.what,
+                     self._watch if self.coll else None)
+            nap = min(_NAP_MAX, nap * 2 or 2e-5)
+            time.sleep(nap)
+
     def _watch(self) -> None:
         """A collective's look at its peers: their notices, then their
         messages and arrivals (``Notices.arrive``) of this call with another
