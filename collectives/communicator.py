@@ -633,9 +633,10 @@ class Communicator(HostsInfo):
         rows for rank j); the result the blocks from ranks 0..N-1
         (``recv_counts[j]`` rows from rank j), shape (sum(recv_counts),
         *x.shape[1:]).  ``recv_counts`` None: on shm the default's first round
-        tells each rank what it receives (``_all_to_all_v_learned``);
-        elsewhere the ranks agree every count first (one small all_reduce),
-        and run the fixed-count all_to_all where all are equal."""
+        tells each rank what it receives (``_all_to_all_v_learned``), on mpi
+        the sizes of its messages do; elsewhere the ranks agree every count
+        first (one small all_reduce), and run the fixed-count all_to_all
+        where all are equal."""
         c = "all_to_all_v"
         name, x, out = self._begin(c, algorithm, x, out)
         sc = args.counts(c, "send_counts", send_counts, self.size)
@@ -643,6 +644,9 @@ class Communicator(HostsInfo):
         row = _row(x)
         if recv_counts is None and name is None and self._learns is not None and row:
             return self._all_to_all_v_learned(c, x, sc, row, out, async_op)
+        if recv_counts is None and name is None and self._probes and row and \
+                isinstance(x, np.ndarray):
+            return self._all_to_all_v_learned(c, x, sc, row, out, async_op, probed=True)
         n, matrix = self.size, None
         if recv_counts is None:  # every rank's send_counts, to every rank
             matrix = self._every(sc).tolist()
@@ -665,17 +669,24 @@ class Communicator(HostsInfo):
                               (sum(flat) * row, x.dtype, None, None, name),
                               equal=len(set(flat)) == 1)
 
-    def _all_to_all_v_learned(self, c: str, x, sc: tuple, row: int, out, async_op: bool):
-        """The default ``all_to_all_v`` without ``recv_counts`` where the
-        exchange goes through shared memory: one collective whose first round
-        tells each rank what it receives (variable.all_to_all_v_learned), no
-        round of agreement before it; ``out``, where given, is checked here
-        but for its rows, which that round checks on every rank (``row``: the
-        elements of a row of ``x``)."""
+    def _all_to_all_v_learned(self, c: str, x, sc: tuple, row: int, out, async_op: bool,
+                              probed: bool = False):
+        """The default ``all_to_all_v`` without ``recv_counts``, no round of
+        agreement before it: where the exchange goes through shared memory,
+        one collective whose first round tells each rank what it receives
+        (variable.all_to_all_v_learned); elsewhere where the collective
+        endpoint probes (``probed``: mpi), each rank takes what it receives
+        from its messages' sizes (variable.all_to_all_v_probed).  ``out``,
+        where given, is checked here but for its rows, which the call checks
+        (``row``: the elements of a row of ``x``)."""
         if self._learned_out(c, x, out, "(sum(recv_counts), *x.shape[1:])") and \
                 np.may_share_memory(x, out):
             raise ValueError(f"{c}: out overlaps x; all_to_all_v has no in-place form")
         sb, xf, read = variable.bounds(sc, row), x.reshape(-1), self._learns
+        if probed:  # the call key carries a row's bytes
+            return self._learned(c, x, out, async_op, lambda ep, of, make:
+                                 variable.all_to_all_v_probed(ep, xf, of, sb, row, make),
+                                 (row, x.dtype, None, None, None))
         return self._learned(c, x, out, async_op, lambda ep, of, make:
                              variable.all_to_all_v_learned(ep, xf, of, sb, row, make, read))
 

@@ -285,25 +285,17 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
         ep.recv_bytes -= where.nbytes
         return None
     peers = [p for p in range(n) if p != r]
-    sizes, reads = [x.size] * n, []
-    for p, (nbytes, by_read) in zip(peers, ep.probe(peers)):
-        if nbytes % (row * item):
-            raise CollectiveError(f"rank {p}'s block of {nbytes} bytes is not rows of {row} "
-                                  f"elements of {x.dtype}", ranks=[p])
-        sizes[p] = nbytes // item
+    sizes = [x.size] * n
+    b, out, result, got = _probed(ep, peers, sizes, x, row, out, make, "root's out",
+                                  "the ranks' blocks")
+    reads = []
+    for p, nbytes, by_read in got:
         if _writes(ep, nbytes):  # its sender waits for where to write it
             if not by_read:
                 raise CollectiveError(f"rank {p} sent its block of {nbytes} bytes in slots "
                                       "where the ranks' settings say it goes by rendezvous",
                                       ranks=[p])
             reads.append(p)
-    b = bounds(sizes, 1)
-    result = None
-    if out is None:
-        result, out = make(b[n])
-    elif out.size != b[n]:
-        raise CollectiveError(f"root's out differs from the blocks: it holds {out.size} "
-                              f"elements where the ranks' blocks hold {b[n]}", ranks=[r])
     if own_at != -1 and own_at != b[r]:
         raise CollectiveError(f"root passes its x in place at element {own_at} of its out, "
                               f"where the ranks' counts put its block at element {b[r]} "
@@ -328,6 +320,30 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
     ep.sent_bytes -= 16 * len(reads)
     ep.recv_bytes -= done.nbytes
     return result
+
+
+def _probed(ep: Endpoint, peers, sizes: list, x, row: int, out, make, whose: str,
+            blocks: str) -> tuple:
+    """The blocks of ``peers`` that their messages announce (``probe``):
+    their elements into ``sizes`` (this rank's own already there), the
+    bounds, the result (``out``, checked, or made by ``make``) and, where
+    made, that result, and (peer, bytes, by rendezvous) per peer.  A block
+    that is not whole rows of ``row`` elements of x's dtype, or an ``out``
+    (``whose``) of another length than the ``blocks``, raise CollectiveError."""
+    item, got = x.itemsize, []
+    for p, (nbytes, by_read) in zip(peers, ep.probe(peers)):
+        if nbytes % (row * item):
+            raise CollectiveError(f"rank {p}'s block of {nbytes} bytes is not rows of {row} "
+                                  f"elements of {x.dtype}", ranks=[p])
+        sizes[p] = nbytes // item
+        got.append((p, nbytes, by_read))
+    b, result = bounds(sizes, 1), None
+    if out is None:
+        result, out = make(b[-1])
+    elif out.size != b[-1]:
+        raise CollectiveError(f"{whose} differs from the blocks: it holds {out.size} elements "
+                              f"where the {blocks} hold {b[-1]}", ranks=[ep.rank])
+    return b, out, result, got
 
 
 def _writes(ep: Endpoint, nbytes: int) -> bool:
@@ -701,6 +717,28 @@ def _read_blocks(rem, ep: Endpoint, rows, x, out, sb, rb, lo: int = 0, bare=(),
     copy(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
     mine = 0 if bare_me else lo
     rem.finish(sent=sum(max(0, sb[q + 1] - sb[q] - mine) for q in range(n) if q != r) * item)
+
+
+def all_to_all_v_probed(ep: Endpoint, x, out, sb, row: int, make):
+    """``linear`` for receive counts that each rank learns from its
+    messages (``all_to_all_v`` without recv_counts where the collective
+    endpoint probes them but the exchange is not through shared memory:
+    mpi): every block for another rank is sent at once; each rank then
+    takes the length of every block for it from its message (``probe``:
+    MPI_Iprobe, MPI_Get_count), checks its ``out`` against them and
+    receives each block into its place; no round of agreement first.  The
+    call key carries the bytes of a row.  ``out``: the caller's flat result
+    or None, then ``make(elements)`` returns (the result, its flat view).
+    Returns the result."""
+    n, r = ep.size, ep.rank
+    peers = [(r + i) % n for i in range(1, n)]
+    sends = [ep.isend(x[sb[p]:sb[p + 1]], p) for p in peers]
+    rb, out, result, _ = _probed(ep, peers, [sb[r + 1] - sb[r]] * n, x, row, out, make,
+                                 f"rank {r}'s out", "blocks for it")
+    reqs = [ep.irecv(out[rb[p]:rb[p + 1]], p) for p in peers]
+    out[rb[r]:rb[r + 1]] = x[sb[r]:sb[r + 1]]
+    ep.waitall(reqs + sends)
+    return result
 
 
 def all_to_all_v_alone(x, out, sb, rb) -> None:

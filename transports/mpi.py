@@ -581,6 +581,7 @@ class MpiEndpoint(Endpoint):
         polls, nap = 0, 0.0
         while True:
             had = len(sizes)
+            self.flush()  # this rank's sends that MPI refused may be what a peer waits for
             for p in peers:
                 if p not in sizes:
                     with self.t.lock:
