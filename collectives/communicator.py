@@ -507,12 +507,15 @@ class Communicator(HostsInfo):
                      async_op: bool = False):
         """Every rank's ``x`` (rank i's has ``counts[i]`` rows) concatenated in
         rank order along the first axis, on every rank: shape (sum(counts),
-        *x.shape[1:]).  ``counts`` None: the ranks agree them first (one small
-        all_reduce).  ``x`` may be this rank's block of ``out`` (in place)."""
+        *x.shape[1:]).  ``counts`` None: on shm the first round tells every
+        rank every count, on mpi the sizes of the messages do
+        (``_all_gather_v_learned``); elsewhere the ranks agree them first
+        (one small all_reduce).  ``x`` may be this rank's block of ``out``
+        (in place)."""
         c = "all_gather_v"
         name, x, out = self._begin(c, algorithm, x, out)
-        if counts is None and name is None and self._learns is not None and _row(x) \
-                and isinstance(x, np.ndarray):
+        if counts is None and name is None and (self._learns is not None or self._probes) \
+                and _row(x) and isinstance(x, np.ndarray):
             return self._all_gather_v_learned(c, x, out, async_op)
         cs = self._counts(c, counts, x)
         rest, row = x.shape[1:], _row(x)
@@ -526,16 +529,21 @@ class Communicator(HostsInfo):
                               (b[-1], x.dtype, None, None, name))
 
     def _all_gather_v_learned(self, c: str, x, out, async_op: bool):
-        """The default ``all_gather_v`` without counts where the exchange goes
-        through shared memory: one collective whose first round tells every
-        rank every count (variable.all_gather_v_learned), no round of
-        agreement before it; ``out``, where given, is checked here but for
+        """The default ``all_gather_v`` without counts, no round of agreement
+        before it: where the exchange goes through shared memory one
+        collective whose first round tells every rank every count
+        (variable.all_gather_v_learned), on mpi the sizes of the messages
+        (variable.all_gather_v_probed); ``out``, where given, is checked here but for
         its rows, and for where ``x`` lies in it, which that round checks on
         every rank."""
         row = _row(x)
         own_at = args.offset_in(c, out, x) if self._learned_out(
             c, x, out, "(sum(counts), *x.shape[1:])") else -1
         xf, base = x.reshape(-1), self._choose.base
+        if self._learns is None:  # mpi: each block's size from its message; a row's bytes in the key
+            return self._learned(c, x, out, async_op, lambda ep, of, make:
+                                 variable.all_gather_v_probed(ep, xf, of, row, own_at, make),
+                                 (row, x.dtype, None, None, None))
 
         def how(nbytes: int) -> str:  # the rest of the longest block, as all_gather would
             return _REST.get(base("all_gather", nbytes), "staged")

@@ -176,6 +176,30 @@ def all_gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, make, rest
     return result
 
 
+def all_gather_v_probed(ep: Endpoint, x, out, row: int, own_at: int, make):
+    """``linear`` for counts that each rank alone knows (``all_gather_v``
+    with counts None where the collective endpoint probes its messages but
+    the exchange is not through shared memory: mpi): this rank's block is
+    posted to every peer at once; each rank takes every peer's count from
+    its message (``_probed``), checks its ``out`` and where its ``x`` lies
+    in it (``own_at``, -1: apart), and receives the blocks into place; no
+    round of agreement.  Returns the result where ``make`` made it."""
+    n, r = ep.size, ep.rank
+    peers = [(r + i) % n for i in range(1, n)]
+    sends = [ep.isend(x, p) for p in peers]
+    b, out, result, _ = _probed(ep, peers, [x.size] * n, x, row, out, make,
+                                f"rank {r}'s out", "ranks' blocks")
+    if own_at != -1 and own_at != b[r]:
+        raise CollectiveError(f"rank {r} passes its x in place at element {own_at} of its "
+                              f"out, where the ranks' counts put its block at element {b[r]} "
+                              "(x's place and the counts differ)", ranks=[r])
+    reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers]
+    if own_at < 0:
+        _own(x, out, b, r)
+    ep.waitall(reqs + sends)
+    return result
+
+
 def _gather_round(ep: Endpoint, x) -> tuple[int, int]:
     """``all_gather_v_learned``'s round for arrays like ``x``: (the elements
     of a block that it carries, a multiple of 64 bytes, the round's bytes

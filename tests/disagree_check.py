@@ -123,10 +123,9 @@ def _algorithms(comm, call: str) -> list:
     without recv_counts: the default, where it learns them in its first
     round (shm: then every rank checks every out; elsewhere a rank's wrong
     out is its own ValueError, after the agreement)."""
-    if call in ("gather_v/out", "gather_v/row", "all_to_all_v/out", "all_to_all_v/row"):
+    if call in ("gather_v/out", "gather_v/row", "all_to_all_v/out", "all_to_all_v/row",
+                "all_gather_v/out", "all_gather_v/row", "all_gather_v/at"):
         return [None] if comm.transport != "hier" else []  # learned on shm and mpi
-    if call in ("all_gather_v/out", "all_gather_v/row", "all_gather_v/at"):
-        return [None] if "staged" in comm.algorithms("all_to_all_v") else []
     if call in ("all_to_all_v/recv", "all_gather_v/none", "gather_v/none", "gather_v/learned"):
         return [None]
     return [None] + comm.algorithms(call)

@@ -103,6 +103,8 @@ def stream(comm, calls: list[str]) -> None:
             comm.reduce(x, root=i % n, **kw)
         elif call == "gather":
             comm.gather(x[:x.size // 4], root=i % n, **kw)
+        elif call == "all_gather_v":  # no counts: learned in the call
+            comm.all_gather_v(x[:x.size // (2 + r % 2)], **kw)
         elif call == "all_to_all_v":  # no recv_counts: learned in the call
             comm.all_to_all_v(blocks.reshape(-1), [blocks.shape[1]] * n, **kw)
         elif call == "gather_v":  # no counts: blocks of 8 and 4 MB (each rank writes its own)

@@ -158,7 +158,7 @@ def test_killed_rank_relayed():
 
 
 FAMILIES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
-            "gather", "scatter", "barrier", "p2p", "gather_v", "all_to_all_v"]
+            "gather", "scatter", "barrier", "p2p", "gather_v", "all_to_all_v", "all_gather_v"]
 
 
 @pytest.mark.parametrize("n", [2, 4])
