@@ -99,8 +99,9 @@ class Communicator(HostsInfo):
         a2a = self._tables["all_to_all_v"]
         self._learns = None if self.size == 1 or "staged" not in a2a else \
             "one_copy_or_staged" in a2a
-        # gather_v without counts: root learns them from its messages' sizes
-        # where the collective endpoint can probe them (shm, mpi)
+        # the variable-count calls without counts learn them from their
+        # messages' sizes where the collective endpoint can probe them (shm,
+        # mpi; all_gather_v and all_to_all_v on shm learn them in a round)
         self._probes = self.size > 1 and type(transport.coll).probe is not Endpoint.probe
         # the default choices: the selection table, a tuning file, adaptation
         hosts = transport.hosts
@@ -711,8 +712,8 @@ class Communicator(HostsInfo):
 
     def _learned(self, c: str, x, out, async_op: bool, run: Callable,
                  sig: tuple | None = None):
-        """Queue a call whose first round tells each rank what it receives
-        (the learned all_to_all_v and all_gather_v): ``run(ep, out's flat
+        """Queue a call that learns in itself what each rank receives (the
+        variable-count calls without counts): ``run(ep, out's flat
         view or None, make)`` returns the result, which ``make(elements)``
         makes (a new array shaped like ``x``'s rows, and its flat view)
         where ``out`` is None.  ``sig``: the call's (count, dtype, op, root,

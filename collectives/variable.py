@@ -6,8 +6,9 @@ rank knows every count before anything moves (the caller's, or agreed by
 the Communicator first), so that block ``i`` of a concatenation is
 ``buf[b[i]:b[i+1]]`` with ``b`` the same bounds everywhere (``bounds``);
 but for ``all_to_all_v_learned`` and ``all_gather_v_learned``, whose first
-round tells every rank the counts, and ``gather_v_learned``, whose root
-takes them from the size of each rank's message.
+round tells every rank the counts, and ``gather_v_learned``,
+``all_gather_v_probed`` and ``all_to_all_v_probed``, whose receivers take
+them from the sizes of the messages (``_probed``).
 Arrays are flat (1-D) views, in elements.
 
 Every message of these algorithms is sent, empty blocks included: a
@@ -188,11 +189,7 @@ def all_gather_v_probed(ep: Endpoint, x, out, row: int, own_at: int, make):
     peers = [(r + i) % n for i in range(1, n)]
     sends = [ep.isend(x, p) for p in peers]
     b, out, result, _ = _probed(ep, peers, [x.size] * n, x, row, out, make,
-                                f"rank {r}'s out", "ranks' blocks")
-    if own_at != -1 and own_at != b[r]:
-        raise CollectiveError(f"rank {r} passes its x in place at element {own_at} of its "
-                              f"out, where the ranks' counts put its block at element {b[r]} "
-                              "(x's place and the counts differ)", ranks=[r])
+                                f"rank {r}'s out", "ranks' blocks", own_at)
     reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers]
     if own_at < 0:
         _own(x, out, b, r)
@@ -273,11 +270,12 @@ def gather_v_one_copy(ep: Endpoint, x, out, b, root: int) -> None:
 
 def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, make):
     """``linear`` for counts that each rank alone knows (``gather_v`` with
-    counts None, where the exchange goes through shared memory): every
-    other rank sends root its block and leaves, as linear's ranks do; root
-    learns each block's length from the first slot of its message
-    (``probe``, MPI_Probe's count; the blocks wait in their senders' slots
-    meanwhile), checks its ``out`` against them and receives each block
+    counts None where the collective endpoint probes its messages: shm,
+    mpi): every other rank sends root its block and leaves, as linear's
+    ranks do; root learns each block's length from its message before
+    receiving it (``probe``: on shm the first slot's header, the block
+    waiting in its sender's slots meanwhile; on mpi MPI_Iprobe and
+    MPI_Get_count), checks its ``out`` against them and receives each block
     into its place, so no rank waits for an agreement first.  The call key
     carries the bytes of a row, so that a rank whose rows differ is caught
     by its message.
@@ -311,7 +309,7 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
     peers = [p for p in range(n) if p != r]
     sizes = [x.size] * n
     b, out, result, got = _probed(ep, peers, sizes, x, row, out, make, "root's out",
-                                  "the ranks' blocks")
+                                  "the ranks' blocks", own_at)
     reads = []
     for p, nbytes, by_read in got:
         if _writes(ep, nbytes):  # its sender waits for where to write it
@@ -320,40 +318,35 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
                                       "where the ranks' settings say it goes by rendezvous",
                                       ranks=[p])
             reads.append(p)
-    if own_at != -1 and own_at != b[r]:
-        raise CollectiveError(f"root passes its x in place at element {own_at} of its out, "
-                              f"where the ranks' counts put its block at element {b[r]} "
-                              "(x's place and the counts differ)", ranks=[r])
-    if not reads:
-        reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers]
-        if own_at < 0:
-            _own(x, out, b, r)
-        ep.waitall(reqs)
-        return result
-    written = {p: _written(sizes[p], item, n) for p in reads}
-    at = address(out)
-    reqs = [ep.isend(np.array([at + b[p] * item, written[p]], np.int64), p) for p in reads]
-    reqs += [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers if p not in written]
+    reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers if p not in reads]
+    if reads:  # each writer's answer: (where its block goes, the elements it writes)
+        written = [_written(sizes[p], item, n) for p in reads]
+        where = np.array([(address(out) + b[p] * item, k) for p, k in zip(reads, written)],
+                         np.int64)
+        reqs += [ep.isend(where[i], p) for i, p in enumerate(reads)]
     if own_at < 0:
         _own(x, out, b, r)
-    done = np.empty(len(reads), np.int64)
-    for i, p in enumerate(reads):  # the rest of the block, then the sender's word
-        reqs.append(ep.irecv_tail(out[b[p] + written[p]:b[p + 1]], p, written[p] * item))
-        reqs.append(ep.irecv(done[i:i + 1], p))
+    if reads:  # the rest of each written block, then its writer's word
+        done = np.empty(len(reads), np.int64)
+        for i, (p, k) in enumerate(zip(reads, written)):
+            reqs.append(ep.irecv_tail(out[b[p] + k:b[p + 1]], p, k * item))
+            reqs.append(ep.irecv(done[i:i + 1], p))
+        ep.sent_bytes -= where.nbytes  # the answers and the words are bookkeeping
+        ep.recv_bytes -= done.nbytes
     ep.waitall(reqs)
-    ep.sent_bytes -= 16 * len(reads)
-    ep.recv_bytes -= done.nbytes
     return result
 
 
 def _probed(ep: Endpoint, peers, sizes: list, x, row: int, out, make, whose: str,
-            blocks: str) -> tuple:
+            blocks: str, own_at: int = -1) -> tuple:
     """The blocks of ``peers`` that their messages announce (``probe``):
     their elements into ``sizes`` (this rank's own already there), the
     bounds, the result (``out``, checked, or made by ``make``) and, where
     made, that result, and (peer, bytes, by rendezvous) per peer.  A block
-    that is not whole rows of ``row`` elements of x's dtype, or an ``out``
-    (``whose``) of another length than the ``blocks``, raise CollectiveError."""
+    that is not whole rows of ``row`` elements of x's dtype, an ``out``
+    (``whose``) of another length than the ``blocks``, or an ``x`` in place
+    at element ``own_at`` of ``out`` (-1: apart) that is not this rank's
+    block there raise CollectiveError."""
     item, got = x.itemsize, []
     for p, (nbytes, by_read) in zip(peers, ep.probe(peers)):
         if nbytes % (row * item):
@@ -367,6 +360,11 @@ def _probed(ep: Endpoint, peers, sizes: list, x, row: int, out, make, whose: str
     elif out.size != b[-1]:
         raise CollectiveError(f"{whose} differs from the blocks: it holds {out.size} elements "
                               f"where the {blocks} hold {b[-1]}", ranks=[ep.rank])
+    r = ep.rank
+    if own_at != -1 and own_at != b[r]:
+        raise CollectiveError(f"rank {r} passes its x in place at element {own_at} of its "
+                              f"out, where the ranks' counts put its block at element {b[r]} "
+                              "(x's place and the counts differ)", ranks=[r])
     return b, out, result, got
 
 
