@@ -30,8 +30,8 @@ def candidates(comm, mpi, nbytes: int) -> dict:
     n = comm.size
     m = max(1, nbytes // 8 // n) * n  # float64 elements, a multiple of n
     rows = m // n
-    x = np.ones(m)
     blocks = np.ones((n, rows))
+    x = blocks.reshape(-1)  # the twins and the variable calls read the same memory
     counts = [m] * n
     cb = [rows] * n
     d_counts = [m] * n
@@ -40,8 +40,9 @@ def candidates(comm, mpi, nbytes: int) -> dict:
     r_displ = [i * rows for i in range(n)]
     flat = np.empty(n * m)
     out_n = flat.reshape(n, m)  # the twin's result in the same memory as the variable call's
-    a2a_in, a2a_out = np.ones(m), np.empty(m)
+    a2a_in, a2a_out = x, np.empty(m)
     rs_out = np.empty(rows)
+    sc_out = np.empty(m)
     return {
         "all_gather": {
             "twin": lambda: comm.all_gather(x, out=out_n),
@@ -69,10 +70,10 @@ def candidates(comm, mpi, nbytes: int) -> dict:
                                                if comm.rank == 0 else None),
         },
         "scatter": {
-            "twin": lambda: comm.scatter(out_n if comm.rank == 0 else None, x),
-            "v given": lambda: comm.scatter_v(flat if comm.rank == 0 else None, counts, out=x),
+            "twin": lambda: comm.scatter(out_n if comm.rank == 0 else None, sc_out),
+            "v given": lambda: comm.scatter_v(flat if comm.rank == 0 else None, counts, out=sc_out),
             "MPI Scatterv": lambda: mpi.Scatterv([flat, d_counts, displ, MPI.DOUBLE]
-                                                 if comm.rank == 0 else None, x),
+                                                 if comm.rank == 0 else None, sc_out),
         },
     }
 

@@ -41,9 +41,12 @@ def _start(src: np.ndarray, buf: np.ndarray) -> None:
 
 def ring(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
     """Chunked ring: reduce-scatter pass, then all-gather pass (Patarasuk & Yuan 2009)."""
-    _start(src, buf)
     bounds = block_bounds(buf.size, ep.size)
-    owned = _ring.reduce_scatter(ep, buf, bounds, op)
+    if ep.size > 1 and type(src) is np.ndarray and not np.may_share_memory(src, buf):
+        owned = _ring.reduce_scatter(ep, buf, bounds, op, src=src)  # src is never copied
+    else:
+        _start(src, buf)
+        owned = _ring.reduce_scatter(ep, buf, bounds, op)
     _ring.all_gather(ep, buf, bounds, shift=owned - ep.rank)
 
 

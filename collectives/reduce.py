@@ -47,9 +47,13 @@ def reduce_scatter_gather(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, o
                           root: int) -> None:
     """Rabenseifner's reduce: ring reduce-scatter, then the blocks gathered at root."""
     n = ep.size
-    buf = x.copy()
     b = block_bounds(x.size, n)
-    owned = _ring.reduce_scatter(ep, buf, b, op)
+    if n > 1 and type(x) is np.ndarray:  # the ring reads x where it lies
+        buf = np.empty_like(x)
+        owned = _ring.reduce_scatter(ep, buf, b, op, src=x)
+    else:
+        buf = x.copy()
+        owned = _ring.reduce_scatter(ep, buf, b, op)
     if ep.rank != root:
         ep.send(buf[b[owned]:b[owned + 1]], root)
         return

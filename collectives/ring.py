@@ -25,20 +25,52 @@ def _neighbours(ep: Endpoint, order: Sequence[int] | None):
 
 
 def reduce_scatter(ep: Endpoint, buf: np.ndarray, bounds: Sequence[int], op,
-                   shift: int = 0, order: Sequence[int] | None = None) -> int:
-    """Ring reduce-scatter in place; returns the block this position owns, reduced.
+                   shift: int = 0, order: Sequence[int] | None = None,
+                   src: np.ndarray | None = None, place=None) -> int:
+    """Ring reduce-scatter; returns the block this position owns, reduced.
 
     Step s sends block (p - s + shift) and reduces block (p - s - 1 + shift)
     from the left, so the block sent next is the one just reduced.  After
     n-1 steps position p owns block (p + 1 + shift) mod n.
+
+    In place on ``buf`` where ``src`` is None.  With ``src`` (a numpy array
+    apart from ``buf``, left as it is) nothing is copied whole: the first
+    step sends src's block, and each step receives the left's partial sum
+    of a block into its place in ``buf`` (or into ``place(step, elements)``)
+    and reduces src's block into it there.  The ops are commutative, so the
+    bits are those of the in-place form.
     """
     n = ep.size
     p, right, left = _neighbours(ep, order)
+    sent = None
     for s in range(n - 1):
         si, ri = (p - s + shift) % n, (p - s - 1 + shift) % n
-        ep.sendrecv_reduce(buf[bounds[si]:bounds[si + 1]], right,
-                           buf[bounds[ri]:bounds[ri + 1]], left, op)
+        if src is None:
+            ep.sendrecv_reduce(buf[bounds[si]:bounds[si + 1]], right,
+                               buf[bounds[ri]:bounds[ri + 1]], left, op)
+            continue
+        mine = src[bounds[ri]:bounds[ri + 1]]
+        dst = buf[bounds[ri]:bounds[ri + 1]] if place is None else place(s, mine.size)
+        ep.sendrecv(src[bounds[si]:bounds[si + 1]] if sent is None else sent, right, dst, left)
+        op(dst, mine, out=dst)
+        sent = dst
     return (p + 1 + shift) % n
+
+
+def reduce_scatter_into(ep: Endpoint, src: np.ndarray, bounds: Sequence[int], op,
+                        out: np.ndarray) -> None:
+    """Ring reduce-scatter of ``src`` (left as it is) whose block ``rank``
+    lands in ``out``: the partial sums pass through two scratch blocks in
+    turn, and the last step receives into ``out`` (at N = 2: one exchange
+    and one reduction into ``out``, no copy)."""
+    n = ep.size
+    if n == 1:
+        np.copyto(out, src[bounds[0]:bounds[1]])
+        return
+    most = max(bounds[i + 1] - bounds[i] for i in range(n))
+    scratch = np.empty((2, most), src.dtype) if n > 2 else None
+    reduce_scatter(ep, None, bounds, op, shift=-1, src=src,
+                   place=lambda s, k: out if s == n - 2 else scratch[s % 2, :k])
 
 
 def all_gather(ep: Endpoint, buf: np.ndarray, bounds: Sequence[int],

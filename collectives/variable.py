@@ -432,7 +432,7 @@ def scatter_v_alone(x, out, b, root: int) -> None:
 def all_to_all_v_pairwise(ep: Endpoint, x, out, sb, rb) -> None:
     """Step k sends to rank + k and receives from rank - k: one peer a step."""
     n, r = ep.size, ep.rank
-    np.copyto(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+    streaming.copier(out, n)(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
     for k in range(1, n):
         d, s = (r + k) % n, (r - k) % n
         ep.sendrecv(x[sb[d]:sb[d + 1]], d, out[rb[s]:rb[s + 1]], s)
@@ -443,7 +443,7 @@ def all_to_all_v_linear(ep: Endpoint, x, out, sb, rb) -> None:
     n, r = ep.size, ep.rank
     reqs = [ep.irecv(out[rb[p]:rb[p + 1]], p) for p in range(n) if p != r]
     reqs += [ep.isend(x[sb[p]:sb[p + 1]], p) for p in range(n) if p != r]
-    np.copyto(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+    streaming.copier(out, n)(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
     ep.waitall(reqs)
 
 
@@ -758,8 +758,8 @@ def all_to_all_v_probed(ep: Endpoint, x, out, sb, row: int, make):
     rb, out, result, _ = _probed(ep, peers, [sb[r + 1] - sb[r]] * n, x, row, out, make,
                                  f"rank {r}'s out", "blocks for it")
     reqs = [ep.irecv(out[rb[p]:rb[p + 1]], p) for p in peers]
-    out[rb[r]:rb[r + 1]] = x[sb[r]:sb[r + 1]]
     ep.waitall(reqs + sends)
+    streaming.copier(out, n)(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
     return result
 
 
@@ -769,9 +769,13 @@ def all_to_all_v_alone(x, out, sb, rb) -> None:
 
 # -- reduce_scatter_v: (ep, x, out, b, op) -------------------------------------
 def reduce_scatter_v_ring(ep: Endpoint, x, out, b, op) -> None:
-    """Ring on a copy of ``x``: step s passes the block just reduced to the
-    right; after N-1 steps block ``rank`` holds every rank's sum."""
+    """Ring: step s passes the block just reduced to the right; after N-1
+    steps block ``rank`` holds every rank's sum (from ``x`` as it lies where
+    it is a numpy array apart from ``out``, else on a copy of it)."""
     r = ep.rank
+    if type(x) is np.ndarray and not np.may_share_memory(x, out):
+        _ring.reduce_scatter_into(ep, x, b, op, out)
+        return
     buf = empty(x.size, x)
     np.copyto(buf, x)
     _ring.reduce_scatter(ep, buf, b, op, shift=-1)
