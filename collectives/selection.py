@@ -86,6 +86,12 @@ ALL_TO_ALL_ALLOCATED_READ_BYTES = 4 * MiB
 # the hierarchical algorithms, first in the rows of every call that has one
 _HIER = Row("hier", "the hier transport: shared memory within a host, MPI between (hosts.md)",
             hier=True)
+# the rows of messages between host arrays (mpi, and hier's parts between
+# hosts), measured with ``bench all --transport mpi -b 4K -e 16M -f 4
+# --repeat 3 --algorithm all``, COLLECTIVES_ADAPT=0, one job at N = 2 and two
+# at N = 4 (performance.md, "Default algorithm choice"); sizes there are
+# nccl-tests' (all_gather: the output), here the call's nbytes
+_MSG = dict(shared=False, kinds=("plain", "allocated"))
 
 TABLE: dict[str, tuple[Row, ...]] = {
     "all_reduce": (
@@ -98,6 +104,12 @@ TABLE: dict[str, tuple[Row, ...]] = {
             hier=True, max_bytes=64 * KiB - 1),
         Row("hier_slices", "each local rank carries 1/L of the message between hosts",
             hier=True),
+        Row("recursive_doubling", "messages from 8 KiB: log2 N rounds beat direct's posts "
+            "to every peer (N = 4, 16 KiB: 96-107 against 111-112 us)", min_bytes=8 * KiB,
+            max_bytes=128 * KiB, **_MSG),
+        Row("ring", "messages at N = 2 past 128 KiB: one exchange, x read where it lies "
+            "(256 KiB: 41 against halving_doubling's 52 us)", ranks=(2, 2),
+            min_bytes=128 * KiB + 1, **_MSG),
         Row("direct", "one round through the exchange buffers", max_bytes=32 * KiB),
         Row("one_copy_or_staged", "on communicator-allocated arrays reduces from the peers' "
             "mappings: faster at 16 and 64 MiB (performance.md)", one_copy=True,
@@ -123,6 +135,8 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("direct", "staged: root writes once, every peer reads", shared=True),
         Row("binomial", "messages: log2 N rounds while latency-bound", max_bytes=64 * KiB),
         Row("binomial", "messages at N = 2: one send either way", ranks=(1, 2)),
+        Row("binomial", "messages up to 4 ranks (N = 4, 256 KiB to 4 MiB: scatter_allgather "
+            "took 1.6-3.2 times binomial's time)", ranks=(3, 4), **_MSG),
         Row("scatter_allgather", "messages: van de Geijn's bytes for large buffers"),
     ),
     "reduce": (
@@ -130,6 +144,9 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("direct", "staged: every rank's piece in one exchange", shared=True),
         Row("binomial", "messages: log2 N rounds while latency-bound", max_bytes=64 * KiB),
         Row("binomial", "messages at N = 2: one send", ranks=(1, 2)),
+        Row("binomial", "messages up to 4 ranks to 1 MiB (N = 4, 256 KiB: 139-150 against "
+            "reduce_scatter_gather's 210-267 us; 1 MiB: 258-300 against 297-385)",
+            ranks=(3, 4), max_bytes=1 * MiB, **_MSG),
         Row("reduce_scatter_gather", "messages: Rabenseifner's bytes for large buffers"),
     ),
     "all_gather": (
@@ -142,6 +159,11 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("one_copy_or_staged", "N = 2, output from 2 MiB: direct on plain arrays, the "
             "mappings of communicator-allocated ones", one_copy=True, ranks=(2, 2),
             min_total=2 * MiB),
+        Row("ring", "messages at N = 2: one exchange (4 to 64 KiB of output: 9-14 against "
+            "direct's 12-16 us)", ranks=(2, 2), **_MSG),
+        Row("bruck", "messages at N = 3-4, blocks to 256 KiB: ceil(log2 N) rounds (N = 4, "
+            "1 MiB of output: 181-215 against ring's 243-322 us)", ranks=(3, 4),
+            max_bytes=256 * KiB, **_MSG),
         Row("direct", "one round through the exchange buffers while a block fits them",
             max_bytes=32 * KiB),
         Row("direct", "staged: no context switch per step; beats the ring from 64 KiB to "
@@ -153,6 +175,8 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("one_copy_or_staged", "measured as all_reduce's (from 16 MiB)", one_copy=True,
             min_bytes=16 * MiB),
         Row("direct", "staged: one exchange", shared=True),
+        Row("ring", "messages at N = 2: one exchange, x read where it lies (4 to 64 KiB: "
+            "12-17 against recursive_halving's 13-19 us)", ranks=(2, 2), **_MSG),
         Row("recursive_halving", "messages: log2 N rounds while latency-bound",
             max_bytes=64 * KiB),
         Row("ring", "messages: (N-1)/N of the message per rank"),
@@ -165,6 +189,9 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("one_copy_or_staged", "N x S from 32 MiB", one_copy=True, min_total=32 * MiB),
         Row("direct", "staged: one exchange a round (performance.md)", shared=True),
         Row("linear", "messages: every block posted at once while small", max_bytes=4 * KiB),
+        Row("linear", "messages at N = 3-4: every block posted at once (N = 4, 16 KiB to "
+            "16 MiB: pairwise took 1.16-1.40 times its time in two jobs)", ranks=(3, 4),
+            **_MSG),
         Row("pairwise", "messages: one peer a step, no contention"),
     ),
     "gather": (
