@@ -35,9 +35,11 @@ from .base import (TAG_UB, UNCHECKED, Capabilities, Deadline, Endpoint, Reducer,
 from .errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, peer_notice, stray
 
 # a wait polls this many times, yielding the core, then naps between polls,
-# doubling from 20 us up to _NAP_MAX seconds
+# doubling from 20 us up to _NAP_MAX seconds (a message that lands during a
+# nap waits out the rest of it: at N = 4 on two cores, 1 ms naps left small
+# gathers at 0.4-0.6 ms a call; performance.md, "Default algorithm choice")
 _POLLS = 64
-_NAP_MAX = 0.001
+_NAP_MAX = 250e-6
 _MPI_LOCK = threading.Lock()  # one per process: every communicator's worker shares it
 SEQ_BITS = 15  # a collective's tag: the sequence number modulo 2**15 (TAG_UB + 1) ...
 SEQ_MASK = (1 << SEQ_BITS) - 1  # ... and the call size's residue above it
