@@ -25,14 +25,8 @@ from .ranks import Fold, chunks, peer_index, round_bytes
 
 
 def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
-    n, m = ep.size, out.size
-    b = [i * m for i in range(n + 1)]
-    if type(x) is np.ndarray and not np.may_share_memory(x, out):
-        _ring.reduce_scatter_into(ep, x, b, op, out)
-        return
-    acc = x.copy()
-    owned = _ring.reduce_scatter(ep, acc, b, op, shift=-1)  # ends owning block rank
-    np.copyto(out, acc[b[owned]:b[owned + 1]])
+    m = out.size
+    _ring.reduce_scatter_into(ep, x, [i * m for i in range(ep.size + 1)], op, out)
 
 
 def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:

@@ -62,8 +62,14 @@ def reduce_scatter_into(ep: Endpoint, src: np.ndarray, bounds: Sequence[int], op
     """Ring reduce-scatter of ``src`` (left as it is) whose block ``rank``
     lands in ``out``: the partial sums pass through two scratch blocks in
     turn, and the last step receives into ``out`` (at N = 2: one exchange
-    and one reduction into ``out``, no copy)."""
+    and one reduction into ``out``, no copy).  Where ``src`` is not a numpy
+    array, or overlaps ``out``, the ring runs in place on a copy of it."""
     n = ep.size
+    if type(src) is not np.ndarray or np.may_share_memory(src, out):
+        acc = src.copy()
+        owned = reduce_scatter(ep, acc, bounds, op, shift=-1)  # ends owning block rank
+        np.copyto(out, acc[bounds[owned]:bounds[owned + 1]])
+        return
     if n == 1:
         np.copyto(out, src[bounds[0]:bounds[1]])
         return

@@ -429,10 +429,16 @@ def scatter_v_alone(x, out, b, root: int) -> None:
 
 
 # -- all_to_all_v: (ep, x, out, sb, rb) ----------------------------------------
+def _own_block(x, out, sb, rb, r: int, n: int) -> None:
+    """This rank's block of ``x`` (bounds ``sb``) into its place in ``out``
+    (bounds ``rb``), streamed as the fixed-count twin's (all_to_all._own)."""
+    streaming.copier(out, n)(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+
+
 def all_to_all_v_pairwise(ep: Endpoint, x, out, sb, rb) -> None:
     """Step k sends to rank + k and receives from rank - k: one peer a step."""
     n, r = ep.size, ep.rank
-    streaming.copier(out, n)(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+    _own_block(x, out, sb, rb, r, n)
     for k in range(1, n):
         d, s = (r + k) % n, (r - k) % n
         ep.sendrecv(x[sb[d]:sb[d + 1]], d, out[rb[s]:rb[s + 1]], s)
@@ -443,7 +449,7 @@ def all_to_all_v_linear(ep: Endpoint, x, out, sb, rb) -> None:
     n, r = ep.size, ep.rank
     reqs = [ep.irecv(out[rb[p]:rb[p + 1]], p) for p in range(n) if p != r]
     reqs += [ep.isend(x[sb[p]:sb[p + 1]], p) for p in range(n) if p != r]
-    streaming.copier(out, n)(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+    _own_block(x, out, sb, rb, r, n)
     ep.waitall(reqs)
 
 
@@ -759,7 +765,7 @@ def all_to_all_v_probed(ep: Endpoint, x, out, sb, row: int, make):
                                  f"rank {r}'s out", "blocks for it")
     reqs = [ep.irecv(out[rb[p]:rb[p + 1]], p) for p in peers]
     ep.waitall(reqs + sends)
-    streaming.copier(out, n)(out[rb[r]:rb[r + 1]], x[sb[r]:sb[r + 1]])
+    _own_block(x, out, sb, rb, r, n)
     return result
 
 
@@ -770,16 +776,9 @@ def all_to_all_v_alone(x, out, sb, rb) -> None:
 # -- reduce_scatter_v: (ep, x, out, b, op) -------------------------------------
 def reduce_scatter_v_ring(ep: Endpoint, x, out, b, op) -> None:
     """Ring: step s passes the block just reduced to the right; after N-1
-    steps block ``rank`` holds every rank's sum (from ``x`` as it lies where
-    it is a numpy array apart from ``out``, else on a copy of it)."""
-    r = ep.rank
-    if type(x) is np.ndarray and not np.may_share_memory(x, out):
-        _ring.reduce_scatter_into(ep, x, b, op, out)
-        return
-    buf = empty(x.size, x)
-    np.copyto(buf, x)
-    _ring.reduce_scatter(ep, buf, b, op, shift=-1)
-    np.copyto(out, buf[b[r]:b[r + 1]])
+    steps block ``rank`` holds every rank's sum (ring.reduce_scatter_into,
+    as the fixed-count ring)."""
+    _ring.reduce_scatter_into(ep, x, b, op, out)
 
 
 def reduce_scatter_v_linear(ep: Endpoint, x, out, b, op) -> None:
