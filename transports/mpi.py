@@ -547,7 +547,7 @@ class MpiEndpoint(Endpoint):
 
     def waitall(self, reqs: Iterable[Request]) -> None:
         pending = [r for r in reqs if not r.finished]
-        dl = None  # set up once a pass leaves some pending (most small ones are done at once)
+        dl = None  # set up once polls stop finding progress (most small waits never do)
         polls, nap = 0, 0.0
         while pending:
             refusals = self.refusals
@@ -556,10 +556,9 @@ class MpiEndpoint(Endpoint):
                 return
             if self.refusals != refusals:  # MPI spun in a send: look at the peers now
                 polls = _POLLS
-            if dl is None:
-                dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
             if len(still) < len(pending):
-                dl.progress()
+                if dl is not None:
+                    dl.progress()
                 polls, nap = 0, 0.0
                 pending = still
                 continue
@@ -567,6 +566,8 @@ class MpiEndpoint(Endpoint):
             if polls < _POLLS:
                 os.sched_yield()
                 continue
+            if dl is None:  # the clock starts once polls stop finding progress
+                dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
             peers = sorted({r.peer for r in pending})
             dl.check(self.t.liveness, lambda: peers, lambda: peers, self.what,
                      self._watch if self.coll else None)
@@ -591,16 +592,17 @@ class MpiEndpoint(Endpoint):
                             sizes[p] = st.Get_count(MPI.BYTE), False
             if len(sizes) == len(peers):
                 return [sizes[p] for p in peers]
-            if dl is None:
-                dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
             if len(sizes) > had:
-                dl.progress()
+                if dl is not None:
+                    dl.progress()
                 polls, nap = 0, 0.0
                 continue
             polls += 1
             if polls < _POLLS:
                 os.sched_yield()
                 continue
+            if dl is None:  # the clock starts once polls stop finding progress
+                dl = Deadline(self.t.timeout, self.t.rank, self.t.grace, self.t.near)
             missing = [p for p in peers if p not in sizes]
             dl.check(self.t.liveness, lambda: missing, lambda: missing, self.what,
                      self._watch if self.coll else None)
