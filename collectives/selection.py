@@ -242,6 +242,9 @@ MORE: dict[str, tuple[Row, ...]] = {
             "place where the twin reads (N > 2: from ALL_TO_ALL_V_READ_TOTAL_BYTES in all)",
             one_copy=True, shared=True),
         Row("staged", "without one copy: the twin's staged rounds", shared=True),
+        Row("linear", "messages at N = 3-4: every block posted at once, as all_to_all's row "
+            "(N = 4, 16 MiB a rank, equal counts: pairwise took 1.13-1.28 times the twin's "
+            "linear in three jobs)", ranks=(3, 4), **_MSG),
         Row("pairwise", "one peer a step, no contention; sizes differ between ranks, so "
             "the choice cannot depend on them"),
     ),
