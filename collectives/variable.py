@@ -308,8 +308,13 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
         return None
     peers = [p for p in range(n) if p != r]
     sizes = [x.size] * n
-    b, out, result, got = _probed(ep, peers, sizes, x, row, out, make, "root's out",
-                                  "the ranks' blocks", own_at)
+    if out is not None and own_at < 0:
+        b, got, reqs = _received_as_probed(ep, peers, sizes, x, row, out)
+        result = None
+    else:
+        b, out, result, got = _probed(ep, peers, sizes, x, row, out, make, "root's out",
+                                      "the ranks' blocks", own_at)
+        reqs = None
     reads = []
     for p, nbytes, by_read in got:
         if _writes(ep, nbytes):  # its sender waits for where to write it
@@ -318,7 +323,8 @@ def gather_v_learned(ep: Endpoint, x, out, row: int, own_at: int, root: int, mak
                                       "where the ranks' settings say it goes by rendezvous",
                                       ranks=[p])
             reads.append(p)
-    reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers if p not in reads]
+    if reqs is None:
+        reqs = [ep.irecv(out[b[p]:b[p + 1]], p) for p in peers if p not in reads]
     if reads:  # each writer's answer: (where its block goes, the elements it writes)
         written = [_written(sizes[p], item, n) for p in reads]
         where = np.array([(address(out) + b[p] * item, k) for p, k in zip(reads, written)],
@@ -347,12 +353,11 @@ def _probed(ep: Endpoint, peers, sizes: list, x, row: int, out, make, whose: str
     (``whose``) of another length than the ``blocks``, or an ``x`` in place
     at element ``own_at`` of ``out`` (-1: apart) that is not this rank's
     block there raise CollectiveError."""
-    item, got = x.itemsize, []
-    for p, (nbytes, by_read) in zip(peers, ep.probe(peers)):
-        if nbytes % (row * item):
-            raise CollectiveError(f"rank {p}'s block of {nbytes} bytes is not rows of {row} "
-                                  f"elements of {x.dtype}", ranks=[p])
-        sizes[p] = nbytes // item
+    got = []
+    found = ep.probe(peers)
+    for p in peers:
+        nbytes, by_read = found[p]
+        sizes[p] = _elements(p, nbytes, row, x)
         got.append((p, nbytes, by_read))
     b, result = bounds(sizes, 1), None
     if out is None:
@@ -366,6 +371,42 @@ def _probed(ep: Endpoint, peers, sizes: list, x, row: int, out, make, whose: str
                               f"out, where the ranks' counts put its block at element {b[r]} "
                               "(x's place and the counts differ)", ranks=[r])
     return b, out, result, got
+
+
+def _received_as_probed(ep: Endpoint, peers, sizes: list, x, row: int, out) -> tuple:
+    """``_probed`` for gather_v_learned's root with its ``out`` given (and
+    its ``x`` apart): each block is received into its place as soon as the
+    blocks before it are known, so that the first blocks move while root
+    waits to learn the later ones (linear's root posts every receive at
+    once); a block that goes by ``_writes`` waits for the rest.  Returns
+    the bounds, (peer, bytes, by rendezvous) per peer and the receives."""
+    n, r = ep.size, ep.rank
+    left, got, reqs = list(peers), {}, []
+    k, at = 0, 0  # the first rank whose block is not placed yet, and where it starts
+    while left:
+        found = ep.probe(left, 1)
+        for p, (nbytes, by_read) in found.items():
+            sizes[p] = _elements(p, nbytes, row, x)
+            got[p] = nbytes, by_read
+        left = [p for p in left if p not in found]
+        while k < n and (k == r or k in got):
+            end = at + sizes[k]
+            if k != r and end <= out.size and not _writes(ep, got[k][0]):
+                reqs.append(ep.irecv(out[at:end], k))
+            at, k = end, k + 1
+    if out.size != at:  # the receives posted so far wrote only within out
+        raise CollectiveError(f"root's out differs from the blocks: it holds {out.size} "
+                              f"elements where the ranks' blocks hold {at}", ranks=[r])
+    return bounds(sizes, 1), [(p, *got[p]) for p in peers], reqs
+
+
+def _elements(p: int, nbytes: int, row: int, x) -> int:
+    """The elements of rank ``p``'s block of ``nbytes`` (whole rows of
+    ``row`` elements of x's dtype, else CollectiveError)."""
+    if nbytes % (row * x.itemsize):
+        raise CollectiveError(f"rank {p}'s block of {nbytes} bytes is not rows of {row} "
+                              f"elements of {x.dtype}", ranks=[p])
+    return nbytes // x.itemsize
 
 
 def _writes(ep: Endpoint, nbytes: int) -> bool:

@@ -110,11 +110,12 @@ class Endpoint:
     def irecv(self, out: np.ndarray, peer: int, tag: int | None = None) -> Request:
         raise NotImplementedError
 
-    def probe(self, peers: list[int]) -> list[tuple[int, bool]]:
-        """(bytes, whether it comes by rendezvous) of the next message of
-        this collective from each of ``peers`` (MPI_Probe's count), waiting
-        for each to arrive, without receiving it.  Only where the transport
-        can (shm, mpi)."""
+    def probe(self, peers: list[int], least: int = 0) -> dict[int, tuple[int, bool]]:
+        """peer -> (bytes, whether it comes by rendezvous) of the next message
+        of this collective from each of ``peers`` that has begun to arrive
+        (MPI_Probe's count), without receiving it; waiting until every one
+        has, or, with ``least``, until that many have.  Only where the
+        transport can (shm, mpi)."""
         raise NotImplementedError(f"{type(self).__name__} has no probe")
 
     def isend_read(self, buf: np.ndarray, peer: int) -> Request:

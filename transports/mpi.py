@@ -574,11 +574,13 @@ class MpiEndpoint(Endpoint):
             nap = min(_NAP_MAX, nap * 2 or 2e-5)
             time.sleep(nap)
 
-    def probe(self, peers: list[int]) -> list[tuple[int, bool]]:
-        """(bytes, False) of each peer's next message of this collective
-        (MPI_Iprobe under the call's tag and MPI_Get_count), once each has
-        come, waiting as ``waitall`` does: a peer's message of this call
-        under another call size raises ``mismatched`` (``_watch``)."""
+    def probe(self, peers: list[int], least: int = 0) -> dict[int, tuple[int, bool]]:
+        """peer -> (bytes, False) of each peer's next message of this
+        collective (MPI_Iprobe under the call's tag and MPI_Get_count) that
+        has come, once all have (or ``least`` of them), waiting as
+        ``waitall`` does: a peer's message of this call under another call
+        size raises ``mismatched`` (``_watch``)."""
+        least = least or len(peers)
         sizes: dict[int, tuple[int, bool]] = {}
         st, tag, dl = MPI.Status(), self._tag(None), None
         polls, nap = 0, 0.0
@@ -590,8 +592,8 @@ class MpiEndpoint(Endpoint):
                     with self.t.lock:
                         if self.comm.Iprobe(p, tag, st):
                             sizes[p] = st.Get_count(MPI.BYTE), False
-            if len(sizes) == len(peers):
-                return [sizes[p] for p in peers]
+            if len(sizes) >= least:
+                return sizes
             if len(sizes) > had:
                 if dl is not None:
                     dl.progress()

@@ -395,13 +395,14 @@ class ShmEndpoint(Endpoint):
             return all(r.finished for r in pending), moved
         self.block(step, lambda: self._waited_peers(pending), lambda: self._missing(pending))
 
-    def probe(self, peers: list[int]) -> list[tuple[int, bool]]:
-        """(bytes, whether it comes by rendezvous) of the next message of
-        this collective from each of ``peers``, once each has begun to
-        arrive; the messages stay in their slots for the receives that take
-        them (a collective's data waits for its receive).  A first slot
-        under another call key raises ``mismatched``; one of an earlier
-        collective, ``stray``."""
+    def probe(self, peers: list[int], least: int = 0) -> dict[int, tuple[int, bool]]:
+        """peer -> (bytes, whether it comes by rendezvous) of the next
+        message of this collective from each of ``peers`` that has begun to
+        arrive, once all have (or ``least`` of them); the messages stay in
+        their slots for the receives that take them (a collective's data
+        waits for its receive).  A first slot under another call key raises
+        ``mismatched``; one of an earlier collective, ``stray``."""
+        least = least or len(peers)
         sizes: dict[int, tuple[int, bool]] = {}
         u32, seq = self.seg.u32, self.tag
 
@@ -417,7 +418,7 @@ class ShmEndpoint(Endpoint):
                 if key != self.call_bytes and self.call_bytes != UNCHECKED:
                     raise mismatched(p, seq, key, self.rank, self.call_bytes)
                 sizes[p] = total, kind == RENDEZVOUS
-            return len(sizes) == len(peers)
+            return len(sizes) >= least
 
         def step():
             with self.lock:
@@ -428,7 +429,7 @@ class ShmEndpoint(Endpoint):
         if not ready:  # wait, moving this endpoint's other traffic meanwhile
             self.block(step, lambda: self._waited_peers(()),
                        lambda: [p for p in peers if p not in sizes])
-        return [sizes[p] for p in peers]
+        return sizes
 
     def block(self, step, peers, missing) -> None:
         """Run ``step() -> (done, moved)`` until done; between fruitless steps,
