@@ -670,7 +670,12 @@ def _staged(ep: Endpoint, x, out, sb, rb, read: bool, lo: int = 0, rows=None,
 LEARN = -1  # where a rank's receive bounds start (always 0): it learns them
 
 
-def _learned(rows, n: int, r: int) -> list[int]:
+def _learned(rows, n: int, r: int) -> tuple[int, ...]:
+    """``_checked_learned``, remembered for the count matrices seen last."""
+    return _remember(_LEARNED, (r, *rows), lambda: tuple(_checked_learned(rows, n, r)))
+
+
+def _checked_learned(rows, n: int, r: int) -> list[int]:
     """Rank ``r``'s receive bounds: the column ``r`` of the count matrix
     (every rank's send bounds and, at ``n + 2`` and ``n + 3``, the elements
     of its rows and of its ``out``, -1 for none), once every rank's rows
@@ -693,17 +698,23 @@ def _rounds(rows, n: int, step: int) -> int:
     """``_checked_rounds``, remembered for the count matrices seen last (a
     call's Python is much of a small one's time; a matrix passes or fails
     alike every time)."""
-    key = (step, *rows)
-    got = _ROUNDS.get(key)
+    return _remember(_ROUNDS, (step, *rows), lambda: _checked_rounds(rows, n, step))
+
+
+def _remember(memo: dict, key, make):
+    """``memo[key]``, made by ``make()`` the first time (a few dozen kept;
+    what fails raises every time)."""
+    got = memo.get(key)
     if got is None:
-        got = _checked_rounds(rows, n, step)
-        if len(_ROUNDS) > 64:
-            _ROUNDS.clear()
-        _ROUNDS[key] = got
+        got = make()
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = got
     return got
 
 
 _ROUNDS: dict = {}
+_LEARNED: dict = {}
 
 
 def _checked_rounds(rows, n: int, step: int) -> int:
