@@ -362,9 +362,8 @@ def _probed(ep: Endpoint, peers, sizes: list, x, row: int, out, make, whose: str
     b, result = bounds(sizes, 1), None
     if out is None:
         result, out = make(b[-1])
-    elif out.size != b[-1]:
-        raise CollectiveError(f"{whose} differs from the blocks: it holds {out.size} elements "
-                              f"where the {blocks} hold {b[-1]}", ranks=[ep.rank])
+    else:
+        _check_out(out, b[-1], whose, blocks, ep.rank)
     r = ep.rank
     if own_at != -1 and own_at != b[r]:
         raise CollectiveError(f"rank {r} passes its x in place at element {own_at} of its "
@@ -394,10 +393,16 @@ def _received_as_probed(ep: Endpoint, peers, sizes: list, x, row: int, out) -> t
             if k != r and end <= out.size and not _writes(ep, got[k][0]):
                 reqs.append(ep.irecv(out[at:end], k))
             at, k = end, k + 1
-    if out.size != at:  # the receives posted so far wrote only within out
-        raise CollectiveError(f"root's out differs from the blocks: it holds {out.size} "
-                              f"elements where the ranks' blocks hold {at}", ranks=[r])
+    _check_out(out, at, "root's out", "the ranks' blocks", r)  # the receives wrote within it
     return bounds(sizes, 1), [(p, *got[p]) for p in peers], reqs
+
+
+def _check_out(out, total: int, whose: str, blocks: str, r: int) -> None:
+    """CollectiveError where ``out`` (``whose``) does not hold the ``total``
+    elements of the blocks (``blocks``)."""
+    if out.size != total:
+        raise CollectiveError(f"{whose} differs from the blocks: it holds {out.size} elements "
+                              f"where the {blocks} hold {total}", ranks=[r])
 
 
 def _elements(p: int, nbytes: int, row: int, x) -> int:

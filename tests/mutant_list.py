@@ -209,7 +209,7 @@ MUTANTS: list[Mutant] = [
            "all_gather_v without counts no longer compares each rank's out with the blocks: "
            "a rank whose out holds a row more returns it with that row unwritten"),
     Mutant("gv_learned_out_unchecked", "collectives", "collectives/variable.py",
-           "    elif out.size != b[-1]:", "    elif False:",
+           "    if out.size != total:", "    if False:",
            ("tests/test_variable.py::test_disagreeing_ranks_raise[2-shm]",),
            "gather_v without counts no longer compares root's out with the blocks it "
            "learns: an out of a row more comes back with that row unwritten"),
