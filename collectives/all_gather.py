@@ -24,9 +24,11 @@ from .ranks import chunks, round_bytes
 
 
 def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
-    n, m = ep.size, x.size
-    np.copyto(out[ep.rank * m:(ep.rank + 1) * m], x)
-    _ring.all_gather(ep, out, [i * m for i in range(n + 1)])
+    """N-1 steps, each passing one block to the right; the first sends ``x``
+    itself, whose copy into ``out`` is made while it moves."""
+    n, m, r = ep.size, x.size, ep.rank
+    apart = address(out[r * m:(r + 1) * m]) != address(x)
+    _ring.all_gather(ep, out, [i * m for i in range(n + 1)], first=x if apart else None)
 
 
 def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:

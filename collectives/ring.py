@@ -80,11 +80,22 @@ def reduce_scatter_into(ep: Endpoint, src: np.ndarray, bounds: Sequence[int], op
 
 
 def all_gather(ep: Endpoint, buf: np.ndarray, bounds: Sequence[int],
-               shift: int = 0, order: Sequence[int] | None = None) -> None:
-    """Ring all-gather in place, position p starting with block (p + shift)."""
+               shift: int = 0, order: Sequence[int] | None = None,
+               first: np.ndarray | None = None) -> None:
+    """Ring all-gather in place, position p starting with block (p + shift).
+    ``first``: that block where it lies apart from ``buf`` (the caller's
+    input): the first step sends it from there and copies it into ``buf``
+    while the step's messages move."""
     n = ep.size
     p, right, left = _neighbours(ep, order)
     for s in range(n - 1):
         si, ri = (p - s + shift) % n, (p - s - 1 + shift) % n
-        ep.sendrecv(buf[bounds[si]:bounds[si + 1]], right,
-                    buf[bounds[ri]:bounds[ri + 1]], left)
+        mine, theirs = buf[bounds[si]:bounds[si + 1]], buf[bounds[ri]:bounds[ri + 1]]
+        if s == 0 and first is not None:
+            reqs = [ep.irecv(theirs, left), ep.isend(first, right)]
+            np.copyto(mine, first)
+            ep.waitall(reqs)
+        else:
+            ep.sendrecv(mine, right, theirs, left)
+    if n == 1 and first is not None:
+        np.copyto(buf[bounds[p]:bounds[p + 1]], first)
