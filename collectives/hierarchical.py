@@ -96,9 +96,13 @@ def hier_slices(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     10-20% faster at 1-16 MiB on an emulated 2 x 2)."""
     loc, cr = ep.local, ep.cross
     n, l = loc.size, loc.rank
-    _ar.alone(src, buf, op)
     b = block_bounds(buf.size, n)
-    _on(loc, _ring.reduce_scatter, loc, buf, b, op, shift=-1)  # ends owning slice l
+    if n > 1 and type(src) is np.ndarray and not np.may_share_memory(src, buf):
+        # src read where it lies (ring.reduce_scatter's src): no copy of it whole
+        _on(loc, _ring.reduce_scatter, loc, buf, b, op, shift=-1, src=src)
+    else:
+        _ar.alone(src, buf, op)
+        _on(loc, _ring.reduce_scatter, loc, buf, b, op, shift=-1)  # ends owning slice l
     piece = buf[b[l]:b[l + 1]]
     _run(_ar, "ring", cr, piece, piece, op)
     _on(loc, _ring.all_gather, loc, buf, b)
