@@ -97,15 +97,23 @@ def hier_slices(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     loc, cr = ep.local, ep.cross
     n, l = loc.size, loc.rank
     b = block_bounds(buf.size, n)
-    if n > 1 and type(src) is np.ndarray and not np.may_share_memory(src, buf):
-        # src read where it lies (ring.reduce_scatter's src): no copy of it whole
-        _on(loc, _ring.reduce_scatter, loc, buf, b, op, shift=-1, src=src)
-    else:
-        _ar.alone(src, buf, op)
-        _on(loc, _ring.reduce_scatter, loc, buf, b, op, shift=-1)  # ends owning slice l
+    _host_slices(loc, src, buf, b, op)
     piece = buf[b[l]:b[l + 1]]
     _run(_ar, "ring", cr, piece, piece, op)
     _on(loc, _ring.all_gather, loc, buf, b)
+
+
+def _host_slices(loc, src, buf: np.ndarray, b, op) -> None:
+    """The ring reduce-scatter within the host that hier_slices and
+    hier_pipelined start with: local rank l ends owning slice l (bounds
+    ``b``) of the host's sum in ``buf``; ``src`` is read where it lies
+    (ring.reduce_scatter's ``src``) where it is a numpy array apart from
+    ``buf``, else copied into it first."""
+    if loc.size > 1 and type(src) is np.ndarray and not np.may_share_memory(src, buf):
+        _on(loc, _ring.reduce_scatter, loc, buf, b, op, shift=-1, src=src)
+    else:
+        _ar.alone(src, buf, op)
+        _on(loc, _ring.reduce_scatter, loc, buf, b, op, shift=-1)
 
 
 class _Across:
@@ -146,7 +154,6 @@ def hier_pipelined(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     coll/han pipeline theirs; the bytes of hier_slices."""
     loc, cr = ep.local, ep.cross
     n, l = loc.size, loc.rank
-    _ar.alone(src, buf, op)
     k = max(1, min(selection.PIPELINE_CHUNKS, buf.nbytes // selection.PIPELINE_CHUNK_BYTES))
     cb = block_bounds(buf.size, k)
 
@@ -158,7 +165,7 @@ def hier_pipelined(ep, src: np.ndarray, buf: np.ndarray, op) -> None:
     for c in range(k):
         chunk = buf[cb[c]:cb[c + 1]]
         b = block_bounds(chunk.size, n)
-        _on(loc, _ring.reduce_scatter, loc, chunk, b, op, shift=-1)
+        _host_slices(loc, chunk if src is buf else src[cb[c]:cb[c + 1]], chunk, b, op)
         nxt = (_Across(cr, chunk[b[l]:b[l + 1]], op), chunk, b)
         if flying is not None:
             land(*flying)
