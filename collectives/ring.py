@@ -14,6 +14,8 @@ import numpy as np
 
 from transports import Endpoint
 
+from .arrays import address
+
 
 def _neighbours(ep: Endpoint, order: Sequence[int] | None):
     n = ep.size
@@ -83,9 +85,10 @@ def all_gather(ep: Endpoint, buf: np.ndarray, bounds: Sequence[int],
                shift: int = 0, order: Sequence[int] | None = None,
                first: np.ndarray | None = None) -> None:
     """Ring all-gather in place, position p starting with block (p + shift).
-    ``first``: that block where it lies apart from ``buf`` (the caller's
-    input): the first step sends it from there and copies it into ``buf``
-    while the step's messages move."""
+    ``first``: that block where the caller has it (its input, apart from
+    ``buf`` or in place there): the first step sends it from there and,
+    where it lies apart, copies it into ``buf`` while the step's messages
+    move."""
     n = ep.size
     p, right, left = _neighbours(ep, order)
     for s in range(n - 1):
@@ -93,9 +96,15 @@ def all_gather(ep: Endpoint, buf: np.ndarray, bounds: Sequence[int],
         mine, theirs = buf[bounds[si]:bounds[si + 1]], buf[bounds[ri]:bounds[ri + 1]]
         if s == 0 and first is not None:
             reqs = [ep.irecv(theirs, left), ep.isend(first, right)]
-            np.copyto(mine, first)
+            _place(mine, first)
             ep.waitall(reqs)
         else:
             ep.sendrecv(mine, right, theirs, left)
-    if n == 1 and first is not None:
-        np.copyto(buf[bounds[p]:bounds[p + 1]], first)
+    if n == 1 and first is not None:  # no step: only the copy
+        _place(buf[bounds[0]:bounds[1]], first)
+
+
+def _place(dst: np.ndarray, src: np.ndarray) -> None:
+    """``src`` into ``dst`` unless it lies there already (in place)."""
+    if address(dst) != address(src):
+        np.copyto(dst, src)

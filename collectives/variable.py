@@ -74,9 +74,7 @@ def _own(x, out, b, r: int, copy=np.copyto) -> None:
 def all_gather_v_ring(ep: Endpoint, x, out, b) -> None:
     """Ring: N-1 steps, each passing one block to the right; the first
     sends ``x`` itself, whose copy into ``out`` is made while it moves."""
-    r = ep.rank
-    apart = address(out[b[r]:b[r + 1]]) != address(x)
-    _ring.all_gather(ep, out, b, first=x if apart and x.size else None)
+    _ring.all_gather(ep, out, b, first=x)
 
 
 def all_gather_v_linear(ep: Endpoint, x, out, b) -> None:
