@@ -82,7 +82,7 @@ KEEP = WATCH + BURST + 2  # calls' times shared at an agreement, at most
 FIRST_RUNS = BURST   # calls of a new current one before any try, started as a try is
 RUN, WARM, TIMED, TRY = 0, 1, 2, 3  # what a call is (_Arm.pick)
 AGREE_SHARE = 0.003  # of the calls' time spent agreeing, at most (tries spaced out)
-AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off
+AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off, at least
 _KIND = {k: i for i, k in enumerate(selection.KINDS)}
 _FORMS = 2 * len(_KIND)  # form codes: the kind's index, + len(KINDS) in place
 _NONE = (_FORMS, -1)      # (lowest, highest) form code before any call
@@ -235,6 +235,8 @@ class _Class:
         self.arms: dict[str, _Arm] = {}
         self.arm: Optional[_Arm] = None  # the agreed form's
         self.next_agree = 0
+        self.agreed_count = 0    # adaptation off: the count and clock at the last agreement
+        self.agreed_at = 0.0
         self.last_agree_s = 0.0  # this rank's time in the last agreement
         self.agree_s = 0.0       # the longest rank's, as last agreed
 
@@ -267,6 +269,8 @@ class Chooser:
         # calls whose choice stays the table's: the barrier but on "hier" (one
         # round, or log2 N; a few microseconds a call, which timing would add to)
         self._still = frozenset() if where.hier else frozenset({"barrier"})
+        self.fixed = not self.adapt  # every call's choice is _fixed's
+        self._settled: dict = {}  # adaptation off: (call, nbytes, form) -> (class, form, name)
         self.classes: dict[tuple[str, int], _Class] = {}
         self._bases: dict = {}
         self._matters: dict = {}
@@ -333,6 +337,19 @@ class Chooser:
                         self.history.append((call, arm.name))
                     arm.run(ep, *args)  # adaptation is on with 2 ranks or more
                     return arm.name
+        elif self.fixed:
+            # adaptation off: a choice made before, while the agreed form holds
+            hit = self._settled.get((call, nbytes, form))
+            if hit is not None:
+                cls, agreed, name = hit
+                if cls is None or (cls.form == agreed and cls.count < cls.next_agree
+                                   and cls.lo <= form <= cls.hi):
+                    if cls is not None:
+                        cls.count += 1
+                    if self.history is not None:
+                        self.history.append((call, name))
+                    FAMILIES[call].run(name, ep, *args)
+                    return name
         family = FAMILIES[call]
         if not self.adapt or call in self._still:
             name = self._fixed(call, nbytes, kind, form, ep, agree)
@@ -382,17 +399,45 @@ class Chooser:
 
     def _fixed(self, call: str, nbytes: int, kind: str, form: int, ep, agree) -> str:
         """Adaptation off: the base choice, for the kind the ranks agreed on
-        where the choice depends on it (agreed at the first call of the size
-        class and every AGREE_KIND_EVERY calls after)."""
+        where the choice depends on it (``_agree_kind``)."""
+        settled = self._settled
+        if len(settled) > 4096:
+            settled.clear()
         if not self._kind_matters(call, nbytes):
-            return self.base(call, nbytes)
+            name = self.base(call, nbytes)
+            if self.fixed:
+                settled[call, nbytes, form] = (None, None, name)
+            return name
         cls = self._class(call, nbytes)
         cls.note(form)
         if cls.count >= cls.next_agree:
-            self._agree(cls, ep, agree)
-            cls.next_agree = cls.count + AGREE_KIND_EVERY
+            self._agree_kind(cls, ep, agree)
         cls.count += 1
-        return self.base(call, nbytes, selection.KINDS[cls.form % len(_KIND)])
+        name = self.base(call, nbytes, selection.KINDS[cls.form % len(_KIND)])
+        if self.fixed:
+            settled[call, nbytes, form] = (cls, cls.form, name)
+        return name
+
+    def _agree_kind(self, cls: _Class, ep, agree) -> None:
+        """Adaptation off: the ranks agree on the form of ``cls``'s calls, at
+        its first call and then at most AGREE_SHARE of the time since (wall
+        time, every rank's longest), and at least every AGREE_KIND_EVERY
+        calls up to MAX_INTERVAL: an agreement meets every rank, and where
+        ranks run ahead of each other it costs more than its all-reduce."""
+        now = self.clock()
+        vec = np.array([-cls.lo, cls.hi, cls.last_agree_s,
+                        now - cls.agreed_at if cls.form is not None else 0.0])
+        start = time.perf_counter()
+        agree(ep, vec)
+        cls.last_agree_s = time.perf_counter() - start  # shared at the next agreement
+        lo, hi = int(-vec[0]), int(vec[1])
+        cls.form = lo if lo == hi else 0  # plain, not in place, where the ranks differ
+        cls.lo, cls.hi = _NONE
+        # from the same figures on every rank: the same next agreement
+        calls, since, agree_s = cls.count - cls.agreed_count, float(vec[3]), float(vec[2])
+        gap = int(agree_s * calls / (AGREE_SHARE * since)) if since > 0 else 0
+        cls.next_agree = cls.count + min(MAX_INTERVAL, max(AGREE_KIND_EVERY, gap))
+        cls.agreed_count, cls.agreed_at = cls.count, self.clock()
 
     def _agree(self, cls: _Class, ep, agree) -> None:
         """Share this rank's recent call times and kinds; every rank then

@@ -2,12 +2,10 @@
 tuning files (collectives/tuning.py) and adaptation (collectives/adapt.py)."""
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import re
 import types
-from pathlib import Path
 
 import pytest
 
@@ -162,6 +160,16 @@ def test_tuning_file_decides_and_fixes_the_choice(tmp_path):
                rules={"all_reduce": {"plain": [[4096, "direct"], [None, "recursive_doubling"]]}})
     r = run_mpi(3, ["tests/tuning_check.py", "use", _write(tmp_path, doc)], timeout=120)
     assert "OK use" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+def test_fixed_choice_follows_the_kind_the_ranks_agree_on(tmp_path):
+    """Adaptation off, rules that differ by array kind, and ranks whose kinds
+    differ and change: the same algorithm on every rank at every call, the
+    plain arrays' where the kinds differ, results right (tests/tuning_check.py)."""
+    rows = {"plain": [[None, "recursive_doubling"]], "allocated": [[None, "ring"]]}
+    doc = _doc(ranks=3, ranks_per_host=[3], adapt=False, rules={"all_reduce": rows})
+    r = run_mpi(3, ["tests/tuning_check.py", "kinds", _write(tmp_path, doc)], timeout=120)
+    assert "OK kinds" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
 
 
 def test_tuning_file_for_another_job_warns_once(tmp_path):
