@@ -228,6 +228,7 @@ class _Class:
     def __init__(self):
         self.count = 0
         self.form: Optional[int] = None  # the form the ranks last agreed on
+        # (adaptation off: the array kind's index in selection.KINDS)
         self.lo, self.hi = _NONE   # this rank's form codes since the last agreement
         # (arm, algorithm, call count, start, end) of the timed calls since
         # the last agreement
@@ -338,12 +339,13 @@ class Chooser:
                     arm.run(ep, *args)  # adaptation is on with 2 ranks or more
                     return arm.name
         elif self.fixed:
-            # adaptation off: a choice made before, while the agreed form holds
-            hit = self._settled.get((call, nbytes, form))
+            # adaptation off: a choice made before, while the agreed kind holds
+            k = _KIND[kind]
+            hit = self._settled.get((call, nbytes, k))
             if hit is not None:
                 cls, agreed, name = hit
                 if cls is None or (cls.form == agreed and cls.count < cls.next_agree
-                                   and cls.lo <= form <= cls.hi):
+                                   and cls.lo <= k <= cls.hi):
                     if cls is not None:
                         cls.count += 1
                     if self.history is not None:
@@ -352,7 +354,7 @@ class Chooser:
                     return name
         family = FAMILIES[call]
         if not self.adapt or call in self._still:
-            name = self._fixed(call, nbytes, kind, form, ep, agree)
+            name = self._fixed(call, nbytes, _KIND[kind], ep, agree)
             if self.history is not None:
                 self.history.append((call, name))
             family.run(name, ep, *args)
@@ -397,33 +399,37 @@ class Chooser:
             cls = self.classes[key] = _Class()
         return cls
 
-    def _fixed(self, call: str, nbytes: int, kind: str, form: int, ep, agree) -> str:
-        """Adaptation off: the base choice, for the kind the ranks agreed on
-        where the choice depends on it (``_agree_kind``)."""
+    def _fixed(self, call: str, nbytes: int, k: int, ep, agree) -> str:
+        """Adaptation off: the base choice, for the array kind (``k``: its
+        index in selection.KINDS) the ranks agreed on where the choice
+        depends on it (``_agree_kind``).  Whether a call is in place does
+        not enter: a rank that alternates in place and out of place calls
+        on one kind of array keeps that kind's rule."""
         settled = self._settled
         if len(settled) > 4096:
             settled.clear()
         if not self._kind_matters(call, nbytes):
             name = self.base(call, nbytes)
             if self.fixed:
-                settled[call, nbytes, form] = (None, None, name)
+                settled[call, nbytes, k] = (None, None, name)
             return name
         cls = self._class(call, nbytes)
-        cls.note(form)
+        cls.note(k)
         if cls.count >= cls.next_agree:
             self._agree_kind(cls, ep, agree)
         cls.count += 1
-        name = self.base(call, nbytes, selection.KINDS[cls.form % len(_KIND)])
+        name = self.base(call, nbytes, selection.KINDS[cls.form])
         if self.fixed:
-            settled[call, nbytes, form] = (cls, cls.form, name)
+            settled[call, nbytes, k] = (cls, cls.form, name)
         return name
 
     def _agree_kind(self, cls: _Class, ep, agree) -> None:
-        """Adaptation off: the ranks agree on the form of ``cls``'s calls, at
-        its first call and then at most AGREE_SHARE of the time since (wall
-        time, every rank's longest), and at least every AGREE_KIND_EVERY
-        calls up to MAX_INTERVAL: an agreement meets every rank, and where
-        ranks run ahead of each other it costs more than its all-reduce."""
+        """Adaptation off: the ranks agree on the array kind of ``cls``'s
+        calls (plain where they differ), at its first call and then at most
+        AGREE_SHARE of the time since (wall time, every rank's longest), and
+        at least every AGREE_KIND_EVERY calls up to MAX_INTERVAL: an
+        agreement meets every rank, and where ranks run ahead of each other
+        it costs more than its all-reduce."""
         now = self.clock()
         vec = np.array([-cls.lo, cls.hi, cls.last_agree_s,
                         now - cls.agreed_at if cls.form is not None else 0.0])
@@ -431,7 +437,7 @@ class Chooser:
         agree(ep, vec)
         cls.last_agree_s = time.perf_counter() - start  # shared at the next agreement
         lo, hi = int(-vec[0]), int(vec[1])
-        cls.form = lo if lo == hi else 0  # plain, not in place, where the ranks differ
+        cls.form = lo if lo == hi else 0  # plain where the ranks differ
         cls.lo, cls.hi = _NONE
         # from the same figures on every rank: the same next agreement
         calls, since, agree_s = cls.count - cls.agreed_count, float(vec[3]), float(vec[2])

@@ -11,7 +11,7 @@
 - ``kinds FILE``: a file with ``"adapt": false`` whose rules differ between
   plain and communicator-allocated arrays, and ranks whose arrays' kinds
   differ and change from call to call: every rank runs the same algorithm
-  at every call (the kind the ranks last agreed on), a size class of calls
+  at every call (the kind the ranks last agreed on, in place or not), a size class of calls
   whose ranks pass different kinds from its first call runs the plain
   arrays' rule, and every result is numpy's.
 """
@@ -33,7 +33,7 @@ def kinds(comm) -> None:
     ch = comm._choose
     ch.history = []
 
-    def calls(count: int, elements: int, allocated: bool) -> list:
+    def calls(count: int, elements: int, allocated: bool, in_place: bool = False) -> list:
         x = comm.empty(elements, np.float64)  # on every rank: comm.empty is collective
         if not allocated:
             x = np.empty(elements, np.float64)
@@ -41,13 +41,15 @@ def kinds(comm) -> None:
         for i in range(count):
             x[:] = np.arange(elements) * (r + 1) + i
             start = len(ch.history)
-            y = comm.all_reduce(x)
+            y = comm.all_reduce(x, out=x if in_place and i % 2 else None)
             ran.append(ch.history[start][1])
             want = np.arange(elements) * (n * (n + 1) // 2) + n * i
             assert np.array_equal(y, want), (r, i, allocated)
         return ran
 
     every = calls(300, 1 << 13, True)            # every rank's arrays allocated
+    assert set(every) == {"ring"}, set(every)
+    every += calls(300, 1 << 12, True, True)     # and every other call in place
     assert set(every) == {"ring"}, set(every)
     mixed = calls(300, 1 << 10, r != 0)           # rank 0's plain from the first call
     assert set(mixed) == {"recursive_doubling"}, set(mixed)
