@@ -28,6 +28,16 @@ The boundary between two grid sizes ``a < b`` is ``isqrt(a * b)`` (their
 geometric mean, rounded down); adjacent rules that name the same
 algorithm are merged.
 
+``python -m bench tune --merge F1 F2 ... -o FILE`` (no mpiexec) writes one
+file from several made for the same job shape, at different times: on a
+machine whose speed changes between states, each file sees the state it
+ran in, and the fastest algorithm of one state can be far behind in the
+other.  Per collective, kind and size measured in every file, an
+algorithm's regret in a file is its time over that file's fastest; the
+merged rule takes the algorithm of the least worst regret (to 1 %; then of
+the least geometric mean of regrets).  Its ``measured`` holds the median
+over the files of each time, ``merged`` the files' names and dates.
+
 The file (version 1)::
 
     {"format": "collectives-tuning", "version": 1, "library", "created",
@@ -45,6 +55,7 @@ import math
 import os
 import platform
 import socket
+import statistics
 import sys
 import time
 from typing import Optional, Sequence
@@ -101,6 +112,77 @@ def all_rules(measured: dict[str, dict[str, dict[int, dict[str, float]]]]) -> di
     """``rules`` for every collective and kind of ``measured``."""
     return {call: {kind: rules(by_size) for kind, by_size in kinds.items()}
             for call, kinds in measured.items()}
+
+
+def regrets(per_file: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
+    """``{algorithm: (worst regret, geometric mean of regrets)}`` over the
+    files' ``{algorithm: seconds}`` of one cell (the algorithms every file
+    timed); the worst rounded to 1 %, so that ``best`` takes the least
+    worst and, among those alike, the least mean."""
+    algs = [a for a in per_file[0] if all(a in t for t in per_file)]
+    out = {}
+    for a in algs:
+        r = [t[a] / min(t[b] for b in algs) for t in per_file]
+        out[a] = (round(max(r), 2), math.exp(sum(map(math.log, r)) / len(r)))
+    return out
+
+
+def merge(docs: list[dict], names: list[str], adapt: bool) -> dict:
+    """One tuning document from several of one job shape (``--merge``)."""
+    first = docs[0]
+    for d, name in zip(docs, names):
+        for key in ("ranks", "ranks_per_host", "transport"):
+            if d.get(key) != first.get(key):
+                raise ValueError(f"{name}: {key!r} is {d.get(key)!r}, {names[0]} has "
+                                 f"{first.get(key)!r}: only files of one job shape merge")
+        if not isinstance(d.get("measured"), dict):
+            raise ValueError(f"{name}: no 'measured' times to merge")
+    scores: dict = {}
+    medians: dict = {}
+    for call, kinds in first["measured"].items():
+        for kind, by_size in kinds.items():
+            for nbytes in by_size:
+                cells = [d["measured"].get(call, {}).get(kind, {}).get(nbytes) for d in docs]
+                if any(not c for c in cells):
+                    continue  # not measured in every file
+                score = regrets(cells)
+                if not score:
+                    continue
+                scores.setdefault(call, {}).setdefault(kind, {})[int(nbytes)] = score
+                medians.setdefault(call, {}).setdefault(kind, {})[int(nbytes)] = {
+                    a: statistics.median(c[a] for c in cells) for a in score}
+    doc = document(medians, first["ranks"], first["ranks_per_host"], first["transport"], adapt)
+    doc["rules"] = all_rules(scores)
+    doc["merged"] = [{"file": n, "created": d.get("created")} for d, n in zip(docs, names)]
+    return doc
+
+
+def merge_main(a: argparse.Namespace) -> int:
+    """``--merge``: read, merge, check and write; returns the exit status."""
+    docs = []
+    try:
+        for name in a.merge:
+            with open(name) as f:
+                docs.append(json.load(f))
+        doc = merge(docs, a.merge, a.adapt)
+    except (OSError, ValueError) as e:
+        print(f"python -m bench tune: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    return write(doc, a.output, time.perf_counter())
+
+
+def write(doc: dict, path: str, start: float) -> int:
+    """Check ``doc`` with the library and write it to ``path``."""
+    wrong = validate(doc)
+    if wrong is not None:
+        print(f"python -m bench tune: error: the tuning document is not valid: {wrong}",
+              file=sys.stderr, flush=True)
+        return 1
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, allow_nan=False)
+        f.write("\n")
+    print(f"# wrote {path} in {time.perf_counter() - start:.0f} s", flush=True)
+    return 0
 
 
 # -- the document ----------------------------------------------------------------------
@@ -185,6 +267,10 @@ def parse_args(argv: Optional[Sequence[str]], rank: int) -> argparse.Namespace:
                    help="the file turns the library's run-time adaptation off")
     p.add_argument("--transport", default="auto", choices=("auto", "shm", "mpi", "hier", "cuda"),
                    help="transport of the library (default auto)")
+    p.add_argument("--merge", nargs="+", metavar="FILE",
+                   help="measure nothing: merge tuning files of one job shape, made at "
+                        "different times, into one whose rules take each cell's algorithm "
+                        "of the least worst regret (run without mpiexec)")
     p.quiet = rank != 0
     a = p.parse_args(argv)
     try:
@@ -240,6 +326,9 @@ def measure(name: str, kinds: list[str], comm, mpicomm, a: argparse.Namespace,
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Measure and write the tuning file; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--merge" in argv:
+        return merge_main(parse_args(argv, 0))  # one process, no MPI
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
@@ -277,14 +366,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     status = 0
     if rank == 0:
         doc = document(measured, world.Get_size(), per_host, transport, a.adapt)
-        wrong = validate(doc)
-        if wrong is not None:
-            print(f"python -m bench tune: error: the tuning document is not valid: {wrong}",
-                  file=sys.stderr, flush=True)
-            status = 1
-        else:
-            with open(a.output, "w") as f:
-                json.dump(doc, f, indent=1, allow_nan=False)
-                f.write("\n")
-            print(f"# wrote {a.output} in {time.perf_counter() - start:.0f} s", flush=True)
+        status = write(doc, a.output, start)
     return int(world.bcast(status, root=0))

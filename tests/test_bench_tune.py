@@ -81,6 +81,55 @@ def test_document_format():
     json.dumps(doc, allow_nan=False)
 
 
+def _tuned(cells: dict, created: str) -> dict:
+    """A tuning document of all_reduce on plain arrays at N = 2 measuring ``cells``."""
+    doc = tune.document({"all_reduce": {"plain": cells}}, 2, [2], "shm", adapt=True)
+    doc["created"] = created
+    return json.loads(json.dumps(doc))  # as read back from a file: sizes as strings
+
+
+def test_merge_takes_the_least_worst_regret():
+    """Two files of two states: in the first ``direct`` is fastest, ``ring``
+    5 % behind; in the second ``direct`` is 1.8 times ``ring``.  Each file
+    alone picks its state's fastest; merged, ``ring`` (worst regret 1.05)
+    beats ``direct`` (1.8) and ``two_shot`` (1.3).  At 16 KiB, where every
+    file agrees, the merged rule is theirs; a size that one file lacks is
+    left out."""
+    fast = _tuned({K: {"direct": 1.0, "ring": 2.0, "two_shot": 3.0},
+                   1 << 20: {"direct": 1.0, "ring": 1.05, "two_shot": 1.3},
+                   4 << 20: {"direct": 1.0, "ring": 2.0, "two_shot": 3.0}}, "t1")
+    slow = _tuned({K: {"direct": 1.0, "ring": 2.0, "two_shot": 3.0},
+                   1 << 20: {"direct": 3.6, "ring": 2.0, "two_shot": 2.0}}, "t2")
+    assert fast["rules"]["all_reduce"]["plain"] == [[None, "direct"]]
+    assert slow["rules"]["all_reduce"]["plain"][-1] == [None, "ring"]  # the first of equal ones
+    doc = tune.merge([fast, slow], ["a.json", "b.json"], adapt=False)
+    assert doc["rules"]["all_reduce"]["plain"] == [[tune.boundary(K, 1 << 20), "direct"],
+                                                  [None, "ring"]]
+    assert set(doc["measured"]["all_reduce"]["plain"]) == {str(K), str(1 << 20)}
+    assert doc["measured"]["all_reduce"]["plain"][str(1 << 20)]["direct"] == 2.3  # median
+    assert doc["merged"] == [{"file": "a.json", "created": "t1"},
+                             {"file": "b.json", "created": "t2"}]
+    assert doc["adapt"] is False and tune.validate(doc) is None
+    # worst regrets alike to 1 %: the least geometric mean decides
+    r = tune.regrets([{"a": 1.0, "b": 1.004}, {"a": 1.004, "b": 1.0}, {"a": 1.0, "b": 1.003}])
+    assert r["a"][0] == r["b"][0] and tune.best(r) == "a"
+
+
+def test_merge_refuses_files_of_other_job_shapes(tmp_path):
+    one = _tuned({K: {"direct": 1.0}}, "t1")
+    other = dict(one, ranks=4, ranks_per_host=[4])
+    with pytest.raises(ValueError, match="'ranks' is 4"):
+        tune.merge([one, other], ["a.json", "b.json"], adapt=True)
+    files = []
+    for i, d in enumerate((one, other)):
+        files.append(tmp_path / f"{i}.json")
+        files[-1].write_text(json.dumps(d))
+    out = tmp_path / "m.json"
+    assert tune.main(["--merge", *map(str, files), "-o", str(out)]) == 1 and not out.exists()
+    assert tune.main(["--merge", str(files[0]), str(files[0]), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["rules"] == {"all_reduce": {"plain": [[None, "direct"]]}}
+
+
 def test_kinds_of_array_by_transport():
     assert tune.kinds_for("shm") == ["plain", "allocated"]
     assert tune.kinds_for("mpi") == ["plain"] and tune.kinds_for("hier") == ["plain"]
