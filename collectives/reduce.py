@@ -28,18 +28,21 @@ def binomial(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int)
     vr = rel(ep.rank, root, n)
     acc, writable = x, False  # x is the caller's: never reduce into it
     if vr == 0:
-        if out is not x:
-            np.copyto(out, x)
-        acc, writable = out, True
+        acc, writable = out, out is x
     mask = 1
     while mask < n:
         if vr & mask:
             ep.send(acc, absolute(vr - mask, root, n))
             return
         if vr + mask < n:
-            if not writable:
-                acc, writable = x.copy(), True  # leaves (odd vr) never copy their input
-            ep.recv_reduce(acc, absolute(vr + mask, root, n), op)
+            peer = absolute(vr + mask, root, n)
+            if writable:
+                ep.recv_reduce(acc, peer, op)
+            else:  # the first child: x op its sum lands in acc, x left as it is
+                if acc is x:
+                    acc = np.empty_like(x)  # leaves (odd vr) never copy their input
+                ep.recv_reduce(acc, peer, op, src=x)
+                writable = True
         mask <<= 1
 
 

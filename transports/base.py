@@ -125,8 +125,10 @@ class Endpoint:
         return self.isend(buf, peer)
 
     def irecv_reduce(self, acc: np.ndarray, peer: int, op: Reducer,
-                     tag: int | None = None) -> Request:
-        """Receive ``acc.nbytes`` bytes and reduce them into ``acc`` in place."""
+                     tag: int | None = None, src: np.ndarray | None = None) -> Request:
+        """Receive ``acc.nbytes`` bytes and reduce them into ``acc`` in place;
+        with ``src`` (``acc``'s shape and dtype, apart from it) ``acc``
+        becomes ``op(src, received)`` instead, and nothing is copied first."""
         raise NotImplementedError
 
     def waitall(self, reqs: Iterable[Request]) -> None:
@@ -141,8 +143,8 @@ class Endpoint:
         return out
 
     def recv_reduce(self, acc: np.ndarray, peer: int, op: Reducer,
-                    tag: int | None = None) -> np.ndarray:
-        self.waitall([self.irecv_reduce(acc, peer, op, tag)])
+                    tag: int | None = None, src: np.ndarray | None = None) -> np.ndarray:
+        self.waitall([self.irecv_reduce(acc, peer, op, tag, src)])
         return acc
 
     def exchange(self, buf, root: int | None = None, sent: int | None = None,

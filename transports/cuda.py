@@ -211,9 +211,11 @@ class CudaEndpoint(ShmEndpoint):
             return super().irecv(out, peer, tag)
         return self.post(DevRecv(self, peer, self.tag if tag is None else tag, as_bytes(out)))
 
-    def irecv_reduce(self, acc, peer, op, tag=None) -> Request:
+    def irecv_reduce(self, acc, peer, op, tag=None, src=None) -> Request:
         if not self._device_buffer(acc):
-            return super().irecv_reduce(acc, peer, op, tag)
+            return super().irecv_reduce(acc, peer, op, tag, src)
+        if src is not None:  # the device receive reduces into acc in place
+            acc[...] = src
         return self.post(DevRecv(self, peer, self.tag if tag is None else tag,
                                  as_bytes(acc), acc.reshape(-1), op))
 

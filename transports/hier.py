@@ -105,8 +105,8 @@ class HierEndpoint(Endpoint):
         return self.flat.irecv(out, peer, tag)
 
     def irecv_reduce(self, acc: np.ndarray, peer: int, op: Reducer,
-                     tag: int | None = None) -> Request:
-        return self.flat.irecv_reduce(acc, peer, op, tag)
+                     tag: int | None = None, src: np.ndarray | None = None) -> Request:
+        return self.flat.irecv_reduce(acc, peer, op, tag, src)
 
     def waitall(self, reqs: Iterable[Request]) -> None:
         self.flat.waitall(reqs)

@@ -339,12 +339,13 @@ class Notices:
 
 
 class _Req(Request):
-    __slots__ = ("ep", "mpi", "peer", "nbytes", "sending", "acc", "op", "scratch", "finished",
-                 "later")
+    __slots__ = ("ep", "mpi", "peer", "nbytes", "sending", "acc", "op", "src", "scratch",
+                 "finished", "later")
 
     def __init__(self, ep, mpi_req, peer, nbytes, sending, acc=None, op=None, scratch=None):
         self.ep, self.mpi, self.peer, self.nbytes = ep, mpi_req, peer, nbytes
         self.sending, self.acc, self.op, self.scratch = sending, acc, op, scratch
+        self.src = acc  # what the received bytes are reduced with (irecv_reduce's src)
         self.finished = False
         self.later = None  # a send that MPI refused: its Isend arguments, until posted
 
@@ -381,7 +382,7 @@ class _Req(Request):
         if remote:
             ep.inter_recv_bytes += self.nbytes
         if self.op is not None:
-            self.op(self.acc, self.scratch, out=self.acc)
+            self.op(self.src, self.scratch, out=self.acc)
             ep.give_back(self.scratch)
         return True
 
@@ -496,9 +497,12 @@ class MpiEndpoint(Endpoint):
     def irecv(self, out, peer, tag=None) -> Request:
         return self._post(self.comm.Irecv, out, peer, tag, False)
 
-    def irecv_reduce(self, acc, peer, op: Reducer, tag=None) -> Request:
+    def irecv_reduce(self, acc, peer, op: Reducer, tag=None, src=None) -> Request:
         acc = acc.reshape(-1)
-        return self._post(self.comm.Irecv, self._scratch(acc), peer, tag, False, acc, op)
+        r = self._post(self.comm.Irecv, self._scratch(acc), peer, tag, False, acc, op)
+        if src is not None:
+            r.src = src.reshape(-1)
+        return r
 
     def _scratch(self, like: np.ndarray) -> np.ndarray:
         """A receive buffer shaped like ``like``, from the pool of earlier ones:

@@ -38,17 +38,19 @@ class Send(Request):
 
 
 class Recv(Request):
-    """A posted receive; ``acc``/``op`` set for a receive-and-reduce; ``call_bytes``:
+    """A posted receive; ``acc``/``op`` set for a receive-and-reduce (``src``:
+    what each chunk is reduced with, where not ``acc`` itself); ``call_bytes``:
     the call size its sender's slots must carry."""
 
-    __slots__ = ("ep", "peer", "tag", "call_bytes", "out", "acc", "op", "total", "off",
+    __slots__ = ("ep", "peer", "tag", "call_bytes", "out", "acc", "op", "src", "total", "off",
                  "finished", "source", "skip")
     external = False
 
-    def __init__(self, ep, peer, tag, out, acc=None, op=None, skip: int = 0):
+    def __init__(self, ep, peer, tag, out, acc=None, op=None, skip: int = 0, src=None):
         self.ep, self.peer, self.tag, self.call_bytes = ep, peer, tag, ep.call_bytes
         self.out = out  # uint8 view of the destination
         self.acc, self.op = acc, op
+        self.src = acc if src is None else src
         # a rendezvous message's first bytes that its sender places itself
         # (ShmEndpoint.irecv_tail): this receive reads the rest alone
         self.skip = skip
@@ -63,8 +65,9 @@ class Recv(Request):
             np.copyto(self.out[self.off:self.off + n], chunk)
         else:
             isz = self.acc.itemsize
-            a = self.acc[self.off // isz:(self.off + n) // isz]
-            self.op(a, chunk.view(self.acc.dtype), out=a)
+            lo, hi = self.off // isz, (self.off + n) // isz
+            a = self.acc[lo:hi]
+            self.op(self.src[lo:hi], chunk.view(self.acc.dtype), out=a)
         self.off += n
 
     def read_remote(self, pid: int, addr: int, scratch: np.ndarray) -> None:

@@ -175,9 +175,10 @@ class ShmEndpoint(Endpoint):
     def irecv(self, out, peer, tag=None) -> Request:
         return self.post(Recv(self, peer, self.tag if tag is None else tag, as_bytes(out)))
 
-    def irecv_reduce(self, acc, peer, op: Reducer, tag=None) -> Request:
+    def irecv_reduce(self, acc, peer, op: Reducer, tag=None, src=None) -> Request:
         return self.post(Recv(self, peer, self.tag if tag is None else tag,
-                              as_bytes(acc), acc.reshape(-1), op))
+                              as_bytes(acc), acc.reshape(-1), op,
+                              src=None if src is None else src.reshape(-1)))
 
     def post(self, r: Recv) -> Request:
         """Post a receive: match it to an unexpected message, or queue it."""
