@@ -71,15 +71,21 @@ def reduce_scatter_gather(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, o
 
 
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray | None, op, root: int) -> None:
-    """Every rank puts a chunk of ``x`` into shared memory (ep.exchange) and
-    root reduces the N chunks in rank order, one round per exchange buffer:
-    the others copy chunk k+1 in while root reduces chunk k."""
+    """Every rank but root puts a chunk of ``x`` into shared memory
+    (ep.exchange, root its ``sink``) and root reduces the N chunks in rank
+    order, its own where it lies, one round per exchange buffer: the others
+    copy chunk k+1 in while root reduces chunk k."""
     is_root = ep.rank == root
+    # in_rank_order's out may overlap only the first two parts: an in-place
+    # root further on reduces from a copy of its chunk
+    own_copy = is_root and root > 1 and np.may_share_memory(x, out)
     for lo, hi in chunks(ep.chunk_bytes(x), x.size, x.itemsize):
         nb = (hi - lo) * x.itemsize  # only root reads
         v = ep.exchange(x[lo:hi], sent=0 if is_root else nb,
-                        recv=(ep.size - 1) * nb if is_root else 0)
+                        recv=(ep.size - 1) * nb if is_root else 0, sink=root)
         if is_root:
+            v = list(v)
+            v[root] = x[lo:hi].copy() if own_copy else x[lo:hi]
             in_rank_order(v, op, out[lo:hi])
 
 

@@ -66,7 +66,7 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0,
     if alg == "direct":
         if call == "broadcast":
             return ((n - 1) * S, 0) if v == 0 else (0, S)
-        if shared and call == "reduce":
+        if call == "reduce":  # root the exchange's sink: only it reads
             return (0, (n - 1) * S) if v == 0 else (S, 0)
         if call in ("reduce_scatter", "all_to_all"):  # the N-1 blocks for the others
             x = F(n - 1, n) * S if shared else F((n - 1) ** 2, n) * S

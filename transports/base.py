@@ -148,13 +148,15 @@ class Endpoint:
         return acc
 
     def exchange(self, buf, root: int | None = None, sent: int | None = None,
-                 recv: int | None = None) -> list[np.ndarray]:
+                 recv: int | None = None, sink: int | None = None) -> list[np.ndarray]:
         """Every rank contributes ``buf``, an array or a list of arrays of one
         dtype taken as their concatenation (the same nbytes on every rank); returns
         all N contributions in rank order, as arrays of ``buf``'s dtype that do
         not alias ``buf`` and stay valid until this endpoint's next call.
         ``root``: only that rank's contribution counts (a broadcast: the
-        others' rows are undefined).
+        others' rows are undefined).  ``sink``: only that rank reads (a
+        reduce): its own row is undefined, and on every other rank the
+        result is undefined (this form returns no rows there).
 
         Bytes counted: (N-1)*S sent and received ((N-1)*S sent by root and S
         received by the others with ``root``).  Transports with shared
@@ -169,6 +171,9 @@ class Endpoint:
         if isinstance(buf, (list, tuple)):
             buf = buf[0] if len(buf) == 1 else np.concatenate([p.reshape(-1) for p in buf])
         flat = buf.reshape(-1)
+        if sink is not None and r != sink:
+            self.send(flat, sink)
+            return []
         # empty_like: a CuPy buffer gets CuPy rows (numpy dispatches to CuPy)
         out = np.empty_like(flat, shape=(n, flat.size))
         rows = [out[p] for p in range(n)]
@@ -178,6 +183,9 @@ class Endpoint:
                 self.waitall([self.isend(flat, p) for p in range(n) if p != r])
             else:
                 self.recv(rows[root], root)
+            return rows
+        if sink is not None:  # this rank is the sink
+            self.waitall([self.irecv(rows[p], p) for p in range(n) if p != r])
             return rows
         np.copyto(out[r], flat)
         reqs = [self.irecv(rows[p], p) for p in range(n) if p != r]

@@ -222,10 +222,10 @@ class CudaEndpoint(ShmEndpoint):
     def chunk_bytes(self, a) -> int:
         return super().chunk_bytes(a) if isinstance(a, np.ndarray) else 0
 
-    def exchange(self, buf, root=None, sent=None, recv=None):
+    def exchange(self, buf, root=None, sent=None, recv=None, sink=None):
         if isinstance(buf[0] if isinstance(buf, (list, tuple)) else buf, np.ndarray):
-            return super().exchange(buf, root, sent, recv)
-        return Endpoint.exchange(self, buf, root, sent, recv)  # through the device slots
+            return super().exchange(buf, root, sent, recv, sink)
+        return Endpoint.exchange(self, buf, root, sent, recv, sink)  # through the device slots
 
     # -- completion -------------------------------------------------------
     def waitall(self, reqs) -> None:

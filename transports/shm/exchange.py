@@ -97,11 +97,12 @@ class Exchange:
         return self.staged
 
     def run(self, buf, nb: int, root: int | None, tag: int, key: int,
-            block: Callable) -> list[np.ndarray]:
+            block: Callable, sink: int | None = None) -> list[np.ndarray]:
         """Exchange ``buf`` (an array or a list of arrays, ``nb`` bytes in all,
         at most xchg_bytes) in collective ``tag`` of call size ``key``;
         ``root``: only its contribution is published (the others publish 0
-        bytes).  ``block`` is the endpoint's wait (``ShmEndpoint.block``)."""
+        bytes); ``sink``: the one rank that reads, which publishes 0 bytes.
+        ``block`` is the endpoint's wait (``ShmEndpoint.block``)."""
         seg = self.seg
         if isinstance(buf, np.ndarray):
             pieces, dtype = None, buf.dtype
@@ -114,7 +115,7 @@ class Exchange:
             views = self.views(k, dtype, nb)
             self.last = (dtype, nb, *(self.views(j, dtype, nb) for j in (0, 1)))
         me = self.rank
-        mine = nb if root is None or root == me else 0
+        mine = _published(me, nb, root, sink)
         if mine and buf is not self.staged:
             v = views[me]
             if pieces is None and root is not None:  # a root's copy: copy.py decides
@@ -149,7 +150,7 @@ class Exchange:
                 break
         else:
             self._wait(k, block)
-        self._check(par, nb, root, tag, key)
+        self._check(par, nb, root, tag, key, sink)
         return views
 
     def fused(self, reducer, x: np.ndarray, out: np.ndarray, tag: int, key: int,
@@ -181,12 +182,13 @@ class Exchange:
         self._check(k & 1, x.nbytes, None, tag, key)
         return self.views(k, x.dtype, x.nbytes)
 
-    def _check(self, par: int, nb: int, root: int | None, tag: int, key: int) -> None:
+    def _check(self, par: int, nb: int, root: int | None, tag: int, key: int,
+               sink: int | None = None) -> None:
         """Raise where a peer published other bytes, call or call size in
         buffer ``par`` than this rank expects."""
         q, call, kw, me = self.seg.q64, self.call, self.size_at, self.rank
         for p, i in zip(self.peers, self.peer_meta[par]):
-            want = nb if root is None or root == p else 0
+            want = _published(p, nb, root, sink)
             if q[i] != want or q[i + call] != tag or q[i + kw] != key:
                 if q[i + call] == tag and q[i + kw] != key:
                     raise mismatched(p, tag, q[i + kw], me, key)
@@ -205,3 +207,12 @@ class Exchange:
             late = [(p, i) for p, i in late if q[i] < k]
             return not late, False
         block(step, lambda: peers, lambda: [p for p, _ in late])
+
+
+def _published(rank: int, nb: int, root: int | None, sink: int | None) -> int:
+    """The bytes ``rank`` publishes in an exchange of ``nb`` bytes a rank:
+    all of them, but none where only ``root``'s count and it is another,
+    or where it is the ``sink`` (the one rank that reads)."""
+    if rank == sink or (root is not None and root != rank):
+        return 0
+    return nb

@@ -502,7 +502,7 @@ class ShmEndpoint(Endpoint):
         return views
 
     def exchange(self, buf, root: int | None = None, sent: int | None = None,
-                 recv: int | None = None) -> list[np.ndarray]:
+                 recv: int | None = None, sink: int | None = None) -> list[np.ndarray]:
         """One copy into this rank's exchange buffer and direct reads of the
         others' where the contribution fits (``exchange``), else messages.
         Counts the bytes: the whole contribution per peer, or ``sent`` and
@@ -510,8 +510,8 @@ class ShmEndpoint(Endpoint):
         x = self.xchg
         nb = buf.nbytes if isinstance(buf, np.ndarray) else sum(p.nbytes for p in buf)
         if x is None or nb > self.xchg_bytes:
-            return super().exchange(buf, root, sent, recv)
-        views = x.run(buf, nb, root, self.tag, self.call_bytes, self.block)
+            return super().exchange(buf, root, sent, recv, sink)
+        views = x.run(buf, nb, root, self.tag, self.call_bytes, self.block, sink)
         n, me = self.size, self.rank
         if root is None:
             self.sent_bytes += nb * (n - 1) if sent is None else sent
