@@ -120,9 +120,12 @@ def regrets(per_file: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
     timed); the worst rounded to 1 %, so that ``best`` takes the least
     worst and, among those alike, the least mean."""
     algs = [a for a in per_file[0] if all(a in t for t in per_file)]
+    if not algs:
+        return {}
+    fastest = [min(t[a] for a in algs) for t in per_file]
     out = {}
     for a in algs:
-        r = [t[a] / min(t[b] for b in algs) for t in per_file]
+        r = [t[a] / f for t, f in zip(per_file, fastest)]
         out[a] = (round(max(r), 2), math.exp(sum(map(math.log, r)) / len(r)))
     return out
 

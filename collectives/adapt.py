@@ -270,7 +270,6 @@ class Chooser:
         # calls whose choice stays the table's: the barrier but on "hier" (one
         # round, or log2 N; a few microseconds a call, which timing would add to)
         self._still = frozenset() if where.hier else frozenset({"barrier"})
-        self.fixed = not self.adapt  # every call's choice is _fixed's
         self._settled: dict = {}  # adaptation off: (call, nbytes, form) -> (class, form, name)
         self.classes: dict[tuple[str, int], _Class] = {}
         self._bases: dict = {}
@@ -338,7 +337,7 @@ class Chooser:
                         self.history.append((call, arm.name))
                     arm.run(ep, *args)  # adaptation is on with 2 ranks or more
                     return arm.name
-        elif self.fixed:
+        elif not self.adapt:
             # adaptation off: a choice made before, while the agreed kind holds
             k = _KIND[kind]
             hit = self._settled.get((call, nbytes, k))
@@ -410,7 +409,7 @@ class Chooser:
             settled.clear()
         if not self._kind_matters(call, nbytes):
             name = self.base(call, nbytes)
-            if self.fixed:
+            if not self.adapt:
                 settled[call, nbytes, k] = (None, None, name)
             return name
         cls = self._class(call, nbytes)
@@ -419,7 +418,7 @@ class Chooser:
             self._agree_kind(cls, ep, agree)
         cls.count += 1
         name = self.base(call, nbytes, selection.KINDS[cls.form])
-        if self.fixed:
+        if not self.adapt:
             settled[call, nbytes, k] = (cls, cls.form, name)
         return name
 
