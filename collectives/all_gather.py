@@ -34,10 +34,8 @@ def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Bruck et al. 1997: round k sends the first min(k, N-k) blocks to rank - k."""
     n, m, r = ep.size, x.size, ep.rank
     tmp = np.empty_like(out)
-    # round 1 sends x itself and copies it into tmp while its messages move
-    reqs = [ep.irecv(tmp[m:2 * m], (r + 1) % n), ep.isend(x, (r - 1) % n)]
-    np.copyto(tmp[:m], x)
-    ep.waitall(reqs)
+    # round 1 sends x itself and copies it into tmp (while its messages move)
+    _ring.first_step(ep, x, (r - 1) % n, tmp[m:2 * m], (r + 1) % n, tmp[:m])
     k = 2
     while k < n:
         c = min(k, n - k)

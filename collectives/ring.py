@@ -95,13 +95,31 @@ def all_gather(ep: Endpoint, buf: np.ndarray, bounds: Sequence[int],
         si, ri = (p - s + shift) % n, (p - s - 1 + shift) % n
         mine, theirs = buf[bounds[si]:bounds[si + 1]], buf[bounds[ri]:bounds[ri + 1]]
         if s == 0 and first is not None:
-            reqs = [ep.irecv(theirs, left), ep.isend(first, right)]
-            _place(mine, first)
-            ep.waitall(reqs)
+            first_step(ep, first, right, theirs, left, mine)
         else:
             ep.sendrecv(mine, right, theirs, left)
     if n == 1 and first is not None:  # no step: only the copy
         _place(buf[bounds[0]:bounds[1]], first)
+
+
+# a first step's copy of fewer bytes is too short to hide behind its
+# messages: one send-receive (one compiled call on mpi) costs less there
+# than two posts and a wait
+OVERLAP_BYTES = 64 << 10
+
+
+def first_step(ep: Endpoint, send: np.ndarray, dst: int, recv: np.ndarray, src: int,
+               place: np.ndarray) -> None:
+    """Send ``send`` to ``dst`` and receive ``recv`` from ``src``, and copy
+    ``send`` into ``place`` (unless it lies there): while the messages move
+    where it is large enough to be worth hiding."""
+    if send.nbytes < OVERLAP_BYTES:
+        ep.sendrecv(send, dst, recv, src)
+        _place(place, send)
+        return
+    reqs = [ep.irecv(recv, src), ep.isend(send, dst)]
+    _place(place, send)
+    ep.waitall(reqs)
 
 
 def _place(dst: np.ndarray, src: np.ndarray) -> None:
