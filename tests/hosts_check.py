@@ -126,7 +126,7 @@ def check_notice(c: Checks, host_of: list[int]) -> None:
             def boom(*a, **k):
                 raise RuntimeError("injected fault")
             ep = comm._t.coll.cross
-            ep.isend = ep.irecv = ep.irecv_reduce = boom
+            ep.isend = ep.irecv = ep.irecv_reduce = ep.sendrecv = ep.sendrecv_reduce = boom
         t0 = time.monotonic()
         try:
             comm.all_reduce(np.ones(COUNT), algorithm="hier_leader")

@@ -8,6 +8,9 @@
  *   (Exchange.run) word for word, then a reduction in rank order that the
  *   caller hands over (a collectives_reducer, transports/native_api.h; the
  *   collectives layer's kernels provide them).
+ * - mpi_swap: one send and one receive between two ranks through the MPI
+ *   library the process has loaded (transports/mpi.py, MpiEndpoint.sendrecv):
+ *   posted and polled here, handed back to Python's wait when a peer is late.
  *
  * Optional: where it does not build, the shm transport runs the Python
  * exchange and copies with numpy. */
@@ -227,6 +230,168 @@ done:
 }
 #endif
 
+#if defined(__x86_64__) || defined(__aarch64__)
+#define MPI_SWAP
+#include <limits.h>
+#include <sched.h>
+
+/* MPI's calls, bound at run time (mpi_bind) to the library that mpi4py has
+ * loaded, so that nothing here is built against an mpi.h: the same object
+ * serves MPICH and Open MPI.  Handles (communicators, datatypes, requests)
+ * are ints in one and pointers in the other; each is passed in a register
+ * or an 8-byte stack slot of its own on these two ABIs, so a 64-bit integer
+ * carries either, and a request is read from an 8-byte zeroed slot whose
+ * width (4 or 8 bytes) mpi_bind is told. */
+typedef int (*mpi_post_fn)(void *, int, intptr_t, int, int, intptr_t, void *);
+typedef int (*mpi_test_fn)(void *, int *, void *);
+typedef int (*mpi_count_fn)(const void *, intptr_t, int *);
+typedef int (*mpi_cvar_write_fn)(void *, const void *);
+
+static struct {
+    mpi_post_fn isend, irecv;
+    mpi_test_fn test;
+    mpi_count_fn get_count;
+    intptr_t byte;           /* MPI_BYTE */
+    int req_size;            /* sizeof(MPI_Request): 4 or 8 */
+    mpi_cvar_write_fn cvar_write; /* the bound on refused sends (transports/_bounded.py) */
+    void *cvar;
+    int bound, old;
+} mpi;
+
+/* mpi_bind(isend, irecv, test, get_count, byte, req_size, cvar_write, cvar,
+ * bound, old): the addresses of MPI_Isend, MPI_Irecv, MPI_Test and
+ * MPI_Get_count, MPI_BYTE's handle, sizeof(MPI_Request); then
+ * MPI_T_cvar_write, the bound's cvar handle and the values to write around
+ * a bounded send (0 for cvar_write: no bound) */
+static PyObject *mpi_bind(PyObject *self, PyObject *args)
+{
+    unsigned long long isend, irecv, test, count, byte, write, cvar;
+    int req_size, bound, old;
+    if (!PyArg_ParseTuple(args, "KKKKKiKKii", &isend, &irecv, &test, &count, &byte, &req_size,
+                          &write, &cvar, &bound, &old))
+        return NULL;
+    if (!isend || !irecv || !test || !count || (req_size != 4 && req_size != 8)) {
+        PyErr_SetString(PyExc_ValueError, "mpi_bind: missing calls or a request of another size");
+        return NULL;
+    }
+    mpi.isend = (mpi_post_fn)(uintptr_t)isend;
+    mpi.irecv = (mpi_post_fn)(uintptr_t)irecv;
+    mpi.test = (mpi_test_fn)(uintptr_t)test;
+    mpi.get_count = (mpi_count_fn)(uintptr_t)count;
+    mpi.byte = (intptr_t)byte;
+    mpi.req_size = req_size;
+    mpi.cvar_write = (mpi_cvar_write_fn)(uintptr_t)write;
+    mpi.cvar = (void *)(uintptr_t)cvar;
+    mpi.bound = bound;
+    mpi.old = old;
+    Py_RETURN_NONE;
+}
+
+/* a request's handle as mpi4py writes it (MPI._handleof): an int handle
+ * sign-extended, as an unsigned 64-bit integer */
+static unsigned long long req_value(const int64_t *slot)
+{
+    return (unsigned long long)(mpi.req_size == 4 ? (int64_t) * (const int32_t *)slot : *slot);
+}
+
+/* mpi_swap(sbuf, dest, rbuf, source, tag, comm, polls, bounded): post a
+ * receive of rbuf's bytes from source, then a send of sbuf's to dest (its
+ * post between the bound's writes where bounded), and poll both, giving
+ * the core up between polls (more ranks than cores), at most polls times.
+ * None: both done and the message filled rbuf.  Else a tuple (state, send,
+ * recv, got, on_send): state 0 done, got the bytes that came (not rbuf's
+ * size); 1 one is pending after the polls; 2 the send was refused
+ * (MPIX_ERR_EAGAIN under the bound: nothing posted); 3 an MPI call failed
+ * (got: its error code; on_send: 1 where it was the send's, 0 the
+ * receive's).  send and recv: the handles of requests still pending, 0 for
+ * one that is done or was never posted. */
+static PyObject *mpi_swap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "mpi_swap(sbuf, dest, rbuf, source, tag, comm, polls, bounded) takes 8 arguments");
+        return NULL;
+    }
+    if (!mpi.isend) {
+        PyErr_SetString(PyExc_RuntimeError, "mpi_swap: mpi_bind first");
+        return NULL;
+    }
+    long dest = PyLong_AsLong(args[1]), source = PyLong_AsLong(args[3]);
+    long tag = PyLong_AsLong(args[4]), polls = PyLong_AsLong(args[6]);
+    unsigned long long comm = PyLong_AsUnsignedLongLongMask(args[5]);
+    int bounded = PyObject_IsTrue(args[7]);
+    if (PyErr_Occurred() || bounded < 0)
+        return NULL;
+    Py_buffer sb, rb;
+    if (PyObject_GetBuffer(args[0], &sb, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &rb, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&sb);
+        return NULL;
+    }
+    if (sb.len > INT_MAX || rb.len > INT_MAX) {
+        PyBuffer_Release(&sb);
+        PyBuffer_Release(&rb);
+        PyErr_SetString(PyExc_ValueError, "mpi_swap: a message of 2 GiB or more");
+        return NULL;
+    }
+    int64_t sreq = 0, rreq = 0;
+    int64_t st[16]; /* an MPI_Status of either library, with room */
+    int sdone = 0, rdone = 0, got = 0, err = 0, state = 0, on_send = 0;
+    Py_BEGIN_ALLOW_THREADS
+    err = mpi.irecv(rb.buf, (int)rb.len, mpi.byte, (int)source, (int)tag, (intptr_t)comm, &rreq);
+    if (!err) {
+        int b = bounded && mpi.cvar_write;
+        if (b)
+            mpi.cvar_write(mpi.cvar, &mpi.bound);
+        err = mpi.isend(sb.buf, (int)sb.len, mpi.byte, (int)dest, (int)tag, (intptr_t)comm, &sreq);
+        if (b)
+            mpi.cvar_write(mpi.cvar, &mpi.old);
+        if (err && bounded) {
+            state = 2; /* refused (or failed: Python's post tells which) */
+            err = 0;
+            sdone = 1;
+            sreq = 0;
+        } else
+            on_send = 1;
+    }
+    for (long i = 0; !err && i < polls; i++) {
+        int flag = 0;
+        if (!rdone) {
+            on_send = 0;
+            if ((err = mpi.test(&rreq, &flag, st)))
+                break;
+            if (flag) {
+                rdone = 1;
+                if ((err = mpi.get_count(st, mpi.byte, &got)))
+                    break;
+            }
+        }
+        if (!sdone) {
+            on_send = 1;
+            if ((err = mpi.test(&sreq, &flag, st)))
+                break;
+            sdone = flag;
+        }
+        if (rdone && sdone)
+            break;
+        sched_yield();
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&sb);
+    Py_ssize_t want = rb.len;
+    PyBuffer_Release(&rb);
+    if (err)
+        state = 3, got = err;
+    else if (state == 0 && rdone && sdone && got == want)
+        Py_RETURN_NONE;
+    else if (state == 0 && !(rdone && sdone))
+        state = 1;
+    return Py_BuildValue("(iKKii)", state, sdone ? 0ULL : req_value(&sreq),
+                         rdone ? 0ULL : req_value(&rreq), got, on_send);
+}
+#endif
+
 /* address(a): the address of the first element of a numpy array (or of any
  * object with the buffer protocol), without the dict that
  * a.__array_interface__ builds.  Neither a format nor writability is asked
@@ -250,6 +415,14 @@ static PyMethodDef methods[] = {
     {"exchange_reduce", (PyCFunction)(void (*)(void))exchange_reduce, METH_FASTCALL,
      "exchange_reduce(reducer, plan, x, out, k, call, key): the small all-reduce of x "
      "into out through the shm exchange buffers; 0 done, 1 a peer is late, 2 mismatch"},
+#endif
+#ifdef MPI_SWAP
+    {"mpi_bind", mpi_bind, METH_VARARGS,
+     "mpi_bind(isend, irecv, test, get_count, byte, req_size, cvar_write, cvar, bound, old): "
+     "the MPI library's calls for mpi_swap"},
+    {"mpi_swap", (PyCFunction)(void (*)(void))mpi_swap, METH_FASTCALL,
+     "mpi_swap(sbuf, dest, rbuf, source, tag, comm, polls, bounded): one send and one "
+     "receive through MPI, polled here; None when both are done"},
 #endif
     {NULL, NULL, 0, NULL},
 };

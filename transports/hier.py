@@ -111,6 +111,13 @@ class HierEndpoint(Endpoint):
     def waitall(self, reqs: Iterable[Request]) -> None:
         self.flat.waitall(reqs)
 
+    def sendrecv(self, sbuf: np.ndarray, dst: int, rbuf: np.ndarray, src: int) -> None:
+        self.flat.sendrecv(sbuf, dst, rbuf, src)
+
+    def sendrecv_reduce(self, sbuf: np.ndarray, dst: int, acc: np.ndarray, src: int,
+                        op: Reducer) -> None:
+        self.flat.sendrecv_reduce(sbuf, dst, acc, src, op)
+
 
 class HierTransport(Transport):
     name = "hier"

@@ -29,7 +29,7 @@ from typing import Iterable
 import numpy as np
 from mpi4py import MPI
 
-from . import _bounded
+from . import _bounded, _swap
 from .base import (TAG_UB, UNCHECKED, Capabilities, Deadline, Endpoint, Reducer, Request,
                    Transport, as_bytes)
 from .errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, peer_notice, stray
@@ -338,6 +338,11 @@ class Notices:
         self.comm = _free(self.comm, self.t.lock, keep)
 
 
+def _wrong_size(peer: int, got: int, rank: int, nbytes: int) -> CollectiveError:
+    return CollectiveError(f"rank {peer} sent {got} bytes where rank {rank} expects {nbytes}",
+                           ranks=[peer])
+
+
 class _Req(Request):
     __slots__ = ("ep", "mpi", "peer", "nbytes", "sending", "acc", "op", "src", "scratch",
                  "finished", "later")
@@ -376,8 +381,7 @@ class _Req(Request):
                 ep.inter_sent_bytes += self.nbytes
             return True
         if got != self.nbytes:
-            raise CollectiveError(f"rank {self.peer} sent {got} bytes where rank {ep.rank} "
-                                  f"expects {self.nbytes}", ranks=[self.peer])
+            raise _wrong_size(self.peer, got, ep.rank, self.nbytes)
         ep.recv_bytes += self.nbytes
         if remote:
             ep.inter_recv_bytes += self.nbytes
@@ -412,6 +416,7 @@ class MpiEndpoint(Endpoint):
         # behind, and MPI may still fill or read their buffers, so they stay
         # referenced here until free() settles them
         self.live: set = set()
+        self.handle = MPI._handleof(comm)  # for the compiled send-receive (_swap)
 
     def free(self, keep: bool = False) -> None:
         self._settle()
@@ -503,6 +508,67 @@ class MpiEndpoint(Endpoint):
         if src is not None:
             r.src = src.reshape(-1)
         return r
+
+    def sendrecv(self, sbuf: np.ndarray, dst: int, rbuf: np.ndarray, src: int) -> None:
+        """Posted and polled in one compiled call (``_swap``) where it can
+        be; a late peer's requests go on to ``waitall`` as any others."""
+        swap = _swap.swap(sbuf, rbuf)
+        if swap is None or self.queued:
+            return Endpoint.sendrecv(self, sbuf, dst, rbuf, src)
+        self._check_peer(dst)
+        self._check_peer(src)
+        t = self.t
+        with t.lock:
+            res = swap(sbuf, dst, rbuf, src, self._tag(None), self.handle, _POLLS,
+                       t.elsewhere[dst] and _bounded.active())
+        if res is None:
+            n, m = sbuf.nbytes, rbuf.nbytes
+            self.sent_bytes += n
+            self.recv_bytes += m
+            if t.remote[dst]:
+                self.inter_sent_bytes += n
+            if t.remote[src]:
+                self.inter_recv_bytes += m
+            return None
+        return self.waitall(self._swapped(res, sbuf, dst, rbuf, src))
+
+    def _swapped(self, res, sbuf, dst, rbuf, src) -> list:
+        """What a compiled send-receive that did not finish leaves: the
+        counts of what is done, and the requests of what is not (a send that
+        MPI refused is posted as ``isend`` does)."""
+        state, sh, rh, got, on_send = res
+        reqs = []
+        for h, peer, buf, sending in ((rh, src, rbuf, False), (sh, dst, sbuf, True)):
+            if h:
+                r = _Req(self, MPI.Request.fromhandle(h), peer, buf.nbytes, sending, scratch=buf)
+                self.live.add(r)
+                reqs.append(r)
+        if state == _swap.FAILED:
+            raise self.failed(dst if on_send else src, MPI.Exception(got))
+        if not rh:
+            if got != rbuf.nbytes:
+                raise _wrong_size(src, got, self.rank, rbuf.nbytes)
+            self.recv_bytes += got
+            if self.t.remote[src]:
+                self.inter_recv_bytes += got
+        if state == _swap.REFUSED:
+            reqs.append(self._post(self.comm.Isend, sbuf, dst, None, True))
+        elif not sh:
+            self.sent_bytes += sbuf.nbytes
+            if self.t.remote[dst]:
+                self.inter_sent_bytes += sbuf.nbytes
+        return reqs
+
+    def sendrecv_reduce(self, sbuf: np.ndarray, dst: int, acc: np.ndarray, src: int,
+                        op: Reducer) -> None:
+        if _swap.swap(sbuf, acc) is None:
+            return Endpoint.sendrecv_reduce(self, sbuf, dst, acc, src, op)
+        acc = acc.reshape(-1)
+        scratch = self._scratch(acc)
+        self.sendrecv(sbuf, dst, scratch, src)
+        op(acc, scratch, out=acc)
+        self.give_back(scratch)
+        return None
 
     def _scratch(self, like: np.ndarray) -> np.ndarray:
         """A receive buffer shaped like ``like``, from the pool of earlier ones:
