@@ -99,6 +99,10 @@ TABLE: dict[str, tuple[Row, ...]] = {
             hier=True, equal_hosts=False),
         Row("hier_leader", "one rank a host: the leaders are every rank", hier=True,
             per_host=(0, 1)),
+        Row("recursive_doubling", "up to 4 KiB: two flat rounds, each one compiled "
+            "send-receive; 2 x 2 hosts, 8 B-4 KiB, real at 1 Gbit/s and emulated: 0.49-0.55 "
+            "of hier_mirror's time (hosts.md, \"Small messages\")", hier=True,
+            max_bytes=4 * KiB),
         Row("hier_mirror", "two steps; level with flat mpi on 2 x 2, 1.06-1.18x on 2 x 4 "
             "from 8 B to 4 KiB, where hier_leader's three steps were 0.60-0.80x",
             hier=True, max_bytes=64 * KiB - 1),

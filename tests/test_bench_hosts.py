@@ -45,8 +45,8 @@ def test_hosts_comparison_2x2():
     assert flat["algorithm"] == "ring"
     assert flat["inter_max"] == 2 * (N - 1) * S // N  # ranks 1 and 3 send all across
     assert flat["inter_bytes"] == 2 * flat["inter_max"]
-    assert rows[8, "hier"]["algorithm"] == "hier_mirror"
-    assert rows[8, "hier"]["inter_max"] == 8  # each rank's side of its local rank's all-reduce
+    assert rows[8, "hier"]["algorithm"] == "recursive_doubling"
+    assert rows[8, "hier"]["inter_max"] == 8  # each rank's round with its partner on the other host
     assert rows[8, "hier"]["inter_bytes"] == N * 8
 
 

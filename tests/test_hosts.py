@@ -89,7 +89,8 @@ def test_layout_arithmetic_and_choice():
         return row(call, nbytes, where).algorithm
     assert choose("all_reduce", 1 << 20, h) == "hier_slices"
     assert choose("all_reduce", 1 << 20, odd) == "hier_leader"
-    assert choose("all_reduce", 8, h) == "hier_mirror"
+    assert choose("all_reduce", 8, h) == "recursive_doubling"
+    assert choose("all_reduce", 8 << 10, h) == "hier_mirror"
     assert choose("all_reduce", 8, odd) == "hier_leader"
     one = Hosts(1, number(list("abcd")), (0,) * 4, (True,) * 4)  # one rank a host
     assert choose("all_reduce", 8, one) == "hier_leader"
