@@ -192,7 +192,10 @@ def latency(comm, world, args) -> None:
     """A small all-reduce against its parts and MPI_Allreduce; where the
     ranks are a power of two, also recursive doubling written on mpi4py
     alone (Isend, Irecv, Testall: no checks, no timeout), the least that an
-    all-reduce written in Python on MPI's point-to-point costs."""
+    all-reduce written in Python on MPI's point-to-point costs; the library's
+    recursive_doubling run on the endpoint (no call around it); and, on
+    mpi and hier, its rounds as bare compiled send-receives (mpi_swap: no
+    tag, count or timeout), the floor of those rounds."""
     from mpi4py import MPI
     x = np.ones(2, np.float32)
     out = np.empty_like(x)
@@ -207,6 +210,24 @@ def latency(comm, world, args) -> None:
     n, r = world.Get_size(), world.Get_rank()
     if n > 1 and n & (n - 1) == 0:
         bare, tmp = world.Dup(), np.empty_like(x)
+        from collectives.all_reduce import recursive_doubling
+        from transports import _swap
+        flat = getattr(ep, "flat", ep)  # hier's messages go through its flat part
+        swap = _swap.swap(x, tmp) if comm.transport in ("mpi", "hier") else None
+
+        def on_endpoint():
+            ep.tag += 1
+            recursive_doubling(ep, x, out, np.add)
+        rows.insert(2, ("recursive_doubling on the endpoint, 8 B", on_endpoint))
+        if swap is not None:
+            def compiled():
+                np.copyto(out, x)
+                m = 1
+                while m < n:
+                    swap(out, r ^ m, tmp, r ^ m, 7, flat.handle, 64, False)
+                    np.add(out, tmp, out=out)
+                    m <<= 1
+            rows.insert(2, ("recursive doubling, compiled rounds alone (mpi_swap)", compiled))
 
         def doubling():
             np.copyto(out, x)
@@ -407,7 +428,7 @@ def main() -> None:
     al = sub.add_parser("alias")
     al.add_argument("--reps", type=int, default=5)
     lat = sub.add_parser("latency")
-    lat.add_argument("--transport", default="shm", choices=("shm", "mpi"),
+    lat.add_argument("--transport", default="shm", choices=("shm", "mpi", "hier"),
                      help="the communicator's transport (default shm)")
     hg = sub.add_parser("huge")
     hg.add_argument("--size", type=parse_size, default=4 << 20)
