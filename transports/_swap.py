@@ -51,11 +51,17 @@ def _bind():
         c = found[2]
         write, cvar = _address(c.lib, "MPI_T_cvar_write"), c.handle.value or 0
         bound, old = found[3].value, found[4].value
+    world = MPI.COMM_WORLD
     for path in _bounded._libraries():
         try:
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL | _bounded._RTLD_NOLOAD)
             calls = [_address(lib, n) for n in ("MPI_Isend", "MPI_Irecv", "MPI_Test",
                                                 "MPI_Get_count")]
+            # the library mpi4py calls: it knows mpi4py's COMM_WORLD handle
+            size = ctypes.c_int(-1)
+            if (lib.MPI_Comm_size(ctypes.c_void_p(MPI._handleof(world)), ctypes.byref(size))
+                    or size.value != world.Get_size()):
+                continue
         except (OSError, AttributeError):
             continue
         _native.mpi_bind(*calls, MPI._handleof(MPI.BYTE) & (2 ** 64 - 1),
