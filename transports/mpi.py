@@ -374,17 +374,12 @@ class _Req(Request):
             return False
         self.finished = True
         ep.live.discard(self)
-        remote = ep.t.remote[self.peer]
         if self.sending:
-            ep.sent_bytes += self.nbytes
-            if remote:
-                ep.inter_sent_bytes += self.nbytes
+            ep.count_sent(self.peer, self.nbytes)
             return True
         if got != self.nbytes:
             raise _wrong_size(self.peer, got, ep.rank, self.nbytes)
-        ep.recv_bytes += self.nbytes
-        if remote:
-            ep.inter_recv_bytes += self.nbytes
+        ep.count_received(self.peer, self.nbytes)
         if self.op is not None:
             self.op(self.src, self.scratch, out=self.acc)
             ep.give_back(self.scratch)
@@ -522,13 +517,8 @@ class MpiEndpoint(Endpoint):
             res = swap(sbuf, dst, rbuf, src, self._tag(None), self.handle, _POLLS,
                        t.elsewhere[dst] and _bounded.active())
         if res is None:
-            n, m = sbuf.nbytes, rbuf.nbytes
-            self.sent_bytes += n
-            self.recv_bytes += m
-            if t.remote[dst]:
-                self.inter_sent_bytes += n
-            if t.remote[src]:
-                self.inter_recv_bytes += m
+            self.count_sent(dst, sbuf.nbytes)
+            self.count_received(src, rbuf.nbytes)
             return None
         return self.waitall(self._swapped(res, sbuf, dst, rbuf, src))
 
@@ -548,16 +538,24 @@ class MpiEndpoint(Endpoint):
         if not rh:
             if got != rbuf.nbytes:
                 raise _wrong_size(src, got, self.rank, rbuf.nbytes)
-            self.recv_bytes += got
-            if self.t.remote[src]:
-                self.inter_recv_bytes += got
+            self.count_received(src, got)
         if state == _swap.REFUSED:
             reqs.append(self._post(self.comm.Isend, sbuf, dst, None, True))
         elif not sh:
-            self.sent_bytes += sbuf.nbytes
-            if self.t.remote[dst]:
-                self.inter_sent_bytes += sbuf.nbytes
+            self.count_sent(dst, sbuf.nbytes)
         return reqs
+
+    def count_sent(self, peer: int, nbytes: int) -> None:
+        """Count a completed send to ``peer`` (and to another host, where it is)."""
+        self.sent_bytes += nbytes
+        if self.t.remote[peer]:
+            self.inter_sent_bytes += nbytes
+
+    def count_received(self, peer: int, nbytes: int) -> None:
+        """Count a completed receive from ``peer``."""
+        self.recv_bytes += nbytes
+        if self.t.remote[peer]:
+            self.inter_recv_bytes += nbytes
 
     def sendrecv_reduce(self, sbuf: np.ndarray, dst: int, acc: np.ndarray, src: int,
                         op: Reducer) -> None:
