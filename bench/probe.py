@@ -215,9 +215,12 @@ def latency(comm, world, args) -> None:
         flat = getattr(ep, "flat", ep)  # hier's messages go through its flat part
         swap = _swap.swap(x, tmp) if comm.transport in ("mpi", "hier") else None
 
+        from collectives.ops import REDUCERS, Op
+        add = REDUCERS[Op.SUM]
+
         def on_endpoint():
             ep.tag += 1
-            recursive_doubling(ep, x, out, np.add)
+            recursive_doubling(ep, x, out, add)
         rows.insert(2, ("recursive_doubling on the endpoint, 8 B", on_endpoint))
         if swap is not None:
             def compiled():

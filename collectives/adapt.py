@@ -318,6 +318,27 @@ class Chooser:
         return self.base(call, nbytes, kind)
 
     # -- a call -------------------------------------------------------------
+    def quick(self, call: str, nbytes: int, form: int):
+        """Most calls while adaptation is on: far from the next try, of a
+        form (``forms``) noted since the last agreement, they just run the
+        current algorithm, untimed.  Its arm (``name``, ``run``), this call
+        counted as run; else None, nothing counted (``run`` decides)."""
+        cls = self.classes.get((call, int(nbytes).bit_length()))  # size_class
+        if cls is not None and cls.lo <= form <= cls.hi:
+            arm = cls.arm
+            count = cls.count
+            if arm is not None and count < arm.watch_at:
+                cls.count = count + 1
+                if self.history is not None:
+                    self.history.append((call, arm.name))
+                return arm
+        return None
+
+    @staticmethod
+    def forms(kind: str, in_place: bool) -> int:
+        """The form code of a call on ``kind`` arrays, ``in_place`` or not."""
+        return _KIND[kind] + (len(_KIND) if in_place else 0)
+
     def run(self, call: str, nbytes: int, kind: str, in_place: bool, ep, args: tuple,
             agree: Callable[[object, np.ndarray], None]) -> str:
         """Run ``call``'s default on ``ep`` (in the communicator's order, on
@@ -325,18 +346,10 @@ class Chooser:
         the algorithm's name."""
         form = _KIND[kind] + (len(_KIND) if in_place else 0)
         if self.adapt and call not in self._still:
-            # most calls: far from the next try, of a form noted since the
-            # last agreement, they just run the current algorithm, untimed
-            cls = self.classes.get((call, int(nbytes).bit_length()))  # size_class
-            if cls is not None and cls.lo <= form <= cls.hi:
-                arm = cls.arm
-                count = cls.count
-                if arm is not None and count < arm.watch_at:
-                    cls.count = count + 1
-                    if self.history is not None:
-                        self.history.append((call, arm.name))
-                    arm.run(ep, *args)  # adaptation is on with 2 ranks or more
-                    return arm.name
+            arm = self.quick(call, nbytes, form)
+            if arm is not None:
+                arm.run(ep, *args)  # adaptation is on with 2 ranks or more
+                return arm.name
         elif not self.adapt:
             # adaptation off: a choice made before, while the agreed kind holds
             k = _KIND[kind]

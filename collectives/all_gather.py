@@ -4,6 +4,8 @@ Bytes on the wire per rank, S = x.nbytes (one block; docs/algorithms.md):
   ring   (N-1) * S sent and received, in N-1 steps
   direct (N-1) * S sent and received, in one round per exchange buffer
   bruck  (N-1) * S sent and received, in ceil(log2 N) steps
+  recursive_doubling  (N-1) * S received in log2(p2) steps, p2 the largest
+         power of two <= N; a rank folded beyond p2 sends S and receives N * S
   one_copy (N-1) * S sent and received: each rank reads every peer's x
          where it lies, straight into out (one copy; one_copy.py)
   one_copy_or_staged  one_copy's from the peers' mappings where every x is
@@ -13,14 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint
+from transports import Endpoint, _swap
 
+from . import plans
 from . import ring as _ring
 from . import streaming
 from .arrays import address
 from .algorithm import Algorithm, Family
 from .one_copy import read_all, regions_or_staged
-from .ranks import chunks, round_bytes
+from .ranks import Fold, chunks, round_bytes
 
 
 def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
@@ -30,20 +33,83 @@ def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     _ring.all_gather(ep, out, [i * m for i in range(n + 1)], first=x)
 
 
+_BRUCK: dict = {}  # (rank, size) -> bruck's rounds as compiled steps (bruck_plan)
+
+
+def bruck_plan(rank: int, size: int) -> _swap.Plan:
+    """Bruck's rounds at ``rank`` of ``size`` as the transports' compiled
+    steps take them (``Endpoint.steps``), in blocks of the output."""
+    plan = _BRUCK.get((rank, size))
+    if plan is None:
+        steps, k = [(_swap.COPY, rank, rank, 0, 0, 0, 1)], 1
+        while k < size:
+            c = min(k, size - k)
+            steps.append((_swap.SWAP, (rank - k) % size, (rank + k) % size, 0, c, k, c))
+            k <<= 1
+        plan = _BRUCK[rank, size] = _swap.Plan(steps)
+    return plan
+
+
 def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
-    """Bruck et al. 1997: round k sends the first min(k, N-k) blocks to rank - k."""
+    """Bruck et al. 1997: round k sends the first min(k, N-k) blocks to rank
+    - k; its rounds in one compiled call where the transport has one (mpi,
+    hier: ``Endpoint.steps``)."""
     n, m, r = ep.size, x.size, ep.rank
     tmp = np.empty_like(out)
-    # round 1 sends x itself and copies it into tmp (while its messages move)
-    _ring.first_step(ep, x, (r - 1) % n, tmp[m:2 * m], (r + 1) % n, tmp[:m])
-    k = 2
-    while k < n:
-        c = min(k, n - k)
-        ep.sendrecv(tmp[:c * m], (r - k) % n, tmp[k * m:(k + c) * m], (r + k) % n)
-        k <<= 1
+    if not ep.steps(bruck_plan(r, n), x, tmp, None, None, m):
+        # round 1 sends x itself and copies it into tmp (while its messages move)
+        _ring.first_step(ep, x, (r - 1) % n, tmp[m:2 * m], (r + 1) % n, tmp[:m])
+        k = 2
+        while k < n:
+            c = min(k, n - k)
+            ep.sendrecv(tmp[:c * m], (r - k) % n, tmp[k * m:(k + c) * m], (r + k) % n)
+            k <<= 1
     # tmp block i holds rank (r + i)'s data
     np.copyto(out[r * m:], tmp[:(n - r) * m])
     np.copyto(out[:r * m], tmp[(n - r) * m:])
+
+
+_DOUBLING: dict = {}  # (rank, size) -> recursive_doubling's steps (doubling_plan)
+
+
+def doubling_plan(rank: int, size: int) -> _swap.Plan:
+    """recursive_doubling's steps at ``rank`` of ``size``, in blocks of the
+    output.  Where N is not a power of two, the first 2*rem ranks fold
+    (ranks.Fold): an extra rank hands its block to its helper and gets the
+    whole output back at the end; new rank g stands for the blocks of the
+    world ranks it plays, so every group's blocks stay contiguous."""
+    plan = _DOUBLING.get((rank, size))
+    if plan is None:
+        f, r = Fold(rank, size), rank
+        steps = [(_swap.COPY, r, r, 0, 0, r, 1)]
+        if f.extra:
+            steps += [(_swap.SEND, r + 1, r + 1, r, 1, 0, 0),
+                      (_swap.RECV, r + 1, r + 1, 0, 0, 0, size)]
+        else:
+            if f.helper:
+                steps.append((_swap.RECV, r - 1, r - 1, 0, 0, r - 1, 1))
+
+            def start(g: int) -> int:  # first block of new rank g's ranks
+                return 2 * g if g <= f.rem else g + f.rem
+            mask = 1
+            while mask < f.p2:
+                peer = f.new ^ mask
+                mine, theirs = f.new & ~(mask - 1), peer & ~(mask - 1)
+                steps.append((_swap.SWAP, f.real(peer), f.real(peer), start(mine),
+                              start(mine + mask) - start(mine), start(theirs),
+                              start(theirs + mask) - start(theirs)))
+                mask <<= 1
+            if f.helper:
+                steps.append((_swap.SEND, r - 1, r - 1, 0, size, 0, 0))
+        plan = _DOUBLING[rank, size] = _swap.Plan(steps)
+    return plan
+
+
+def recursive_doubling(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
+    """log2(p2) rounds, each with partner rank ^ mask: the blocks gathered so
+    far both ways, straight into ``out`` (Thakur, Rabenseifner & Gropp 2005;
+    ranks beyond a power of two folded, ``doubling_plan``)."""
+    plans.run(ep, doubling_plan(ep.rank, ep.size), x, out, None, x.size)
 
 
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
@@ -94,6 +160,7 @@ def alone(x: np.ndarray, out: np.ndarray) -> None:
 FAMILY = Family("all_gather", (
     Algorithm("ring", ring),
     Algorithm("bruck", bruck),
+    Algorithm("recursive_doubling", recursive_doubling),
     Algorithm("direct", direct),
     Algorithm("one_copy", one_copy, needs_one_copy=True),
     Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),

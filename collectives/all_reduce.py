@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint
+from transports import Endpoint, _swap
 
+from . import kernels
 from . import ring as _ring
 from . import streaming
 from .algorithm import Algorithm, Family
@@ -145,8 +146,41 @@ def _fold_out(ep: Endpoint, f: Fold, buf: np.ndarray) -> None:
         ep.send(buf, ep.rank - 1)
 
 
+_PLANS: dict = {}  # (rank, size) -> recursive doubling's steps (doubling_plan)
+
+
+def doubling_plan(rank: int, size: int) -> _swap.Plan:
+    """recursive_doubling's messages and reductions at ``rank`` of ``size``,
+    as the transports' compiled steps take them (``Endpoint.steps``)."""
+    plan = _PLANS.get((rank, size))
+    if plan is None:
+        whole = (0, 1, 0, 1)  # the whole buffer, sent and received (its unit)
+        f, steps = Fold(rank, size), [(_swap.COPY, rank, rank, *whole)]
+        if f.extra:
+            steps += [(_swap.SEND, rank + 1, rank + 1, *whole),
+                      (_swap.RECV, rank + 1, rank + 1, *whole)]
+        else:
+            if f.helper:
+                steps.append((_swap.RECV_REDUCE, rank - 1, rank - 1, *whole))
+            mask = 1
+            while mask < f.p2:
+                peer = f.real(f.new ^ mask)
+                steps.append((_swap.SWAP_REDUCE, peer, peer, *whole))
+                mask <<= 1
+            if f.helper:
+                steps.append((_swap.SEND, rank - 1, rank - 1, *whole))
+        plan = _PLANS[rank, size] = _swap.Plan(steps)
+    return plan
+
+
 def recursive_doubling(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> None:
-    """log2(p2) rounds of whole-vector exchange with partner rank ^ mask."""
+    """log2(p2) rounds of whole-vector exchange with partner rank ^ mask:
+    in one compiled call where the transport has one (mpi, hier: its
+    messages and the kernel's reductions, ``Endpoint.steps``), else here."""
+    name = getattr(op, "name", None)
+    if name is not None and ep.steps(doubling_plan(ep.rank, ep.size), src, buf,
+                                     kernels.fused(name, buf.dtype), op):
+        return
     _start(src, buf)
     f = Fold(ep.rank, ep.size)
     _fold_in(ep, f, buf, op)

@@ -8,19 +8,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint
+from transports import Endpoint, _swap
 
+from . import plans
 from .algorithm import Algorithm, Family
 
 _EMPTY = np.empty(0, np.uint8)
 
 
+_PLANS: dict = {}  # (rank, size) -> dissemination's rounds as steps (plans.py)
+
+
 def dissemination(ep: Endpoint) -> None:
+    """ceil(log2 N) rounds of empty messages to rank + 2^k, from rank - 2^k:
+    in one compiled call where the transport has one (plans.py)."""
     n, r = ep.size, ep.rank
-    k = 1
-    while k < n:
-        ep.sendrecv(_EMPTY, (r + k) % n, np.empty(0, np.uint8), (r - k) % n)
-        k <<= 1
+    plan = _PLANS.get((r, n))
+    if plan is None:
+        steps, k = [], 1
+        while k < n:
+            steps.append((_swap.SWAP, (r + k) % n, (r - k) % n, 0, 0, 0, 0))
+            k <<= 1
+        plan = _PLANS[r, n] = _swap.Plan(steps)
+    plans.run(ep, plan, _EMPTY, np.empty(0, np.uint8), None, 0)
 
 
 def direct(ep: Endpoint) -> None:

@@ -13,17 +13,20 @@ from transports.base import UNCHECKED, Endpoint, broken_error
 from transports.errors import describe
 
 from . import arguments as args
-from . import callkey, debug, objects, prefix, regions, runtime, selection, variable
+from . import callkey, debug, kernels, objects, prefix, regions, runtime, selection, variable
 from . import validate as v
 from .debug import CollectiveMismatch
 from . import tuning as tuning_file
 from .adapt import Choice, Chooser
+from . import all_gather as _all_gather
+from . import reduce_scatter as _reduce_scatter
+from .all_reduce import doubling_plan, recursive_doubling
 from .families import FAMILIES, MORE, offered
 from .topology import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
-from .small import SmallAllReduce, SmallByMessages, plain_out
+from .small import Quick, SmallAllReduce, SmallByMessages, plain_out
 from .arrays import adopt, empty
 from .callkey import BYTES_AT
 from .traffic import Traffic
@@ -124,6 +127,19 @@ class Communicator(HostsInfo):
         # (op, dtype) -> (ufunc, avg, ieee, call key's fields) for the pairs
         # all_reduce has checked
         self._small_ok: dict = {}
+        # where messages move (mpi, hier): the endpoint of the small calls'
+        # compiled steps (_lane; hier's flat part, whose ranks are the
+        # communicator's), all_reduce's recursive doubling plan there, and
+        # whether the defaults are adaptation's current choices (Chooser.quick)
+        self._msgs = transport.coll.flat if caps.hier else transport.coll
+        self._plan = doubling_plan(self.rank, self.size)
+        self._quick_ok = self._choose.adapt
+        # all_gather and reduce_scatter of up to _small bytes take such a way
+        # too (_quick) where messages move; (op, dtype) -> reduce_scatter's
+        # (ufunc, avg, ieee, call key's fields), for the pairs it has checked
+        self._lanes = bool(self._small) and not self._shared
+        self._scatter_ok: dict = {}
+        self._forms = (Chooser.forms("plain", False), Chooser.forms("plain", True))
         self._lows: dict = {}  # (call, dtype, op, root) -> its call key's fields
         self._seq = 0
         self._where = (self.rank, self.size, self._device)  # what arguments.py checks against
@@ -306,13 +322,12 @@ class Communicator(HostsInfo):
             raise broken_error(self._broken, call)
         ep = self._t.coll
         # debug mode compares sizes in its signatures first (UNCHECKED meanwhile)
-        ep.tag, ep.call_bytes = seq, key if mine is None else UNCHECKED
-        ep.what = call  # named in stall reports and timeout errors
+        ep.begin(seq, key if mine is None else UNCHECKED, call)
         self._t.set_arrived(seq, ep.call_bytes)
         try:
             if mine is not None:
                 debug.check(ep.exchange(mine))
-            ep.call_bytes = key
+                ep.call_bytes = key
             if not rooted:
                 return quietly(body, ep) if ieee else body(ep)
             got = ep.recv_bytes
@@ -320,27 +335,105 @@ class Communicator(HostsInfo):
             if ep.recv_bytes == got:  # this rank only sent: did a peer refuse it?
                 self._t.unclaimed(seq)
             return result
-        except CollectiveMismatch as e:
+        except BaseException as e:
+            self._failed(e, call, seq)
+            raise
+
+    def _failed(self, e: BaseException, call: str, seq: int) -> None:
+        """Collective ``seq`` raised ``e``: name the call in it; unless it is
+        a mismatch, the communicator is broken from here on, and the other
+        ranks are told where they would otherwise wait for this one."""
+        if isinstance(e, CollectiveMismatch):
             # found on every rank before any payload moves: the ranks are
             # still in step, and the communicator stays usable
             e.call = e.call or call
-            raise
+            return
+        if isinstance(e, CollectiveError):
+            e.call = e.call or call
+            self._t.name_hosts(e)
+        self._broken = e
+        self._t.broken = True
+        own = not getattr(e, "relayed", False)
+        caps = self._t.caps
+        if _news(e) or (own and isinstance(e, PeerFailure) and caps.relays_deaths) or \
+                (own and isinstance(e, CollectiveTimeout) and caps.relays_timeouts):
+            # the other ranks would wait for this one until their timeout
+            what = describe(e)
+            at = getattr(e, "seq", seq)  # an earlier call's stray concerns that call
+            where = f"{call} #{at}" if at == seq else f"collective #{at}"
+            self._t.notify(at, f"rank {self.rank} detected an error in {where}: {what}",
+                           skip=_lost(e))
+
+    def _quick(self, call: str, nbytes: int, key: int, ieee: bool, args: tuple, result,
+               avg: bool = False, lane=None):
+        """A small call where messages move, its arrays checked as the
+        general path would accept them and not in place: the current choice
+        (adapt.py, ``Chooser.quick``) run on flat ``args``, then ``result``;
+        through ``_lane`` where ``lane(choice, args)`` gives that choice's
+        plan (plan, src, buf, unit, take).  None where adaptation has more
+        to do on this call (a try, an agreement: nothing counted, and the
+        general path runs it)."""
+        arm = self._quick_ok and self._choose.quick(call, nbytes, self._forms[False])
+        if not arm:
+            return None
+        planned = lane(arm.run, args)
+        if planned is not None:
+            return self._lane(call, key, ieee, args, result, avg, arm.run, *planned)
+        self._seq += 1
+        return self._execute(call, self._seq, Quick(arm.run, args, result, avg), ieee, key=key)
+
+    def _gather_lane(self, run, args: tuple):
+        """``_quick``'s plan for a small all_gather's choice ``run`` on
+        ``args`` (x, out flat): recursive doubling's; else None."""
+        if run is not _all_gather.recursive_doubling:
+            return None
+        x, of = args
+        return _all_gather.doubling_plan(self.rank, self.size), x, of, x.size, None
+
+    def _scatter_lane(self, run, args: tuple):
+        """The same for reduce_scatter: recursive halving's, or recursive
+        doubling's all-reduce of the whole (then this rank's block)."""
+        x, of = args[0], args[1]
+        m, r = of.size, self.rank
+        if run is _reduce_scatter.recursive_halving:
+            plan, unit = _reduce_scatter.halving_plan(r, self.size), m
+        elif run is _reduce_scatter.recursive_doubling:
+            plan, unit = self._plan, 0
+        else:
+            return None
+        acc = np.empty(x.size, x.dtype)
+        return plan, x, acc, unit, (of, acc[r * m:(r + 1) * m])
+
+    def _lane(self, call: str, key: int, ieee: bool, args: tuple, result, avg: bool, run,
+              plan, src: np.ndarray, buf: np.ndarray, unit: int, take=None):
+        """A small call whose algorithm (``run`` on ``args``) is written as a
+        plan (plans.py: recursive doubling, recursive halving): the plan on
+        ``buf`` from ``src`` in one compiled call where the transport has
+        one (``Endpoint.steps``), with ``_execute``'s bookkeeping and none
+        of the layers around the algorithm; then ``take`` (dst, part of
+        buf) copied, the average's division, ``result``."""
+        self._seq += 1
+        seq = self._seq
+        if self._broken is not None:
+            raise broken_error(self._broken, call)
+        t = self._t
+        ep = t.coll
+        ep.begin(seq, key, call)
+        t.set_arrived(seq, key)
+        try:
+            uf = args[2] if len(args) > 2 else None
+            red = None if uf is None else kernels.fused(uf.name, buf.dtype)
+            if self._msgs.steps(plan, src, buf, red, uf, unit):
+                if take is not None:
+                    np.copyto(*take)
+                if avg:
+                    divide(args[1], self.size)
+            else:
+                body = Quick(run, args, result, avg)
+                quietly(body, ep) if ieee else body(ep)
+            return result
         except BaseException as e:
-            if isinstance(e, CollectiveError):
-                e.call = e.call or call
-                self._t.name_hosts(e)
-            self._broken = e
-            self._t.broken = True
-            own = not getattr(e, "relayed", False)
-            caps = self._t.caps
-            if _news(e) or (own and isinstance(e, PeerFailure) and caps.relays_deaths) or \
-                    (own and isinstance(e, CollectiveTimeout) and caps.relays_timeouts):
-                # the other ranks would wait for this one until their timeout
-                what = describe(e)
-                at = getattr(e, "seq", seq)  # an earlier call's stray concerns that call
-                where = f"{call} #{at}" if at == seq else f"collective #{at}"
-                self._t.notify(at, f"rank {self.rank} detected an error in {where}: {what}",
-                               skip=_lost(e))
+            self._failed(e, call, seq)
             raise
 
     def _avg(self, op: Op, arr: np.ndarray) -> None:
@@ -418,6 +511,24 @@ class Communicator(HostsInfo):
                    algorithm: str | None = None, async_op: bool = False):
         """``out[i]`` = rank i's ``x`` on every rank (shape (size, *x.shape))."""
         c = "all_gather"
+        if self._lanes and type(x) is np.ndarray and 0 < x.nbytes <= self._small \
+                and algorithm is None and not async_op and not self._exec.pending:
+            # a small message where messages move, on arrays of a dtype
+            # checked before: the current choice without the general path's
+            # checks and scheduling (_quick)
+            low = self._lows.get((c, x.dtype, None, None))
+            if low is not None and x.flags.c_contiguous and not self._closed:
+                shape = (self.size, *x.shape)
+                if out is None:
+                    out = np.empty(shape, x.dtype)
+                elif not plain_out(x, out, shape):
+                    low = None
+                if low is not None:
+                    ran = self._quick(c, x.nbytes, low | x.nbytes << BYTES_AT, False,
+                                      (x.reshape(-1), out.reshape(-1)), out,
+                                      lane=self._gather_lane)
+                    if ran is not None:
+                        return ran
         self._open(c)
         x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
@@ -430,12 +541,33 @@ class Communicator(HostsInfo):
                        algorithm: str | None = None, async_op: bool = False):
         """Block ``rank`` of the reduction of every rank's ``x`` (shape (size, *s)) -> shape s."""
         c = "reduce_scatter"
+        if self._lanes and type(x) is np.ndarray and 0 < x.nbytes <= self._small \
+                and algorithm is None and not async_op and isinstance(op, str) \
+                and not self._exec.pending:
+            # as all_gather's (_quick)
+            ok = self._scatter_ok.get((op, x.dtype))
+            if ok is not None and x.flags.c_contiguous and not self._closed \
+                    and x.ndim and x.shape[0] == self.size:
+                if out is None:
+                    out = np.empty(x.shape[1:], x.dtype)
+                elif not plain_out(x, out, x.shape[1:]):
+                    ok = None
+                if ok is not None:
+                    uf, avg, ieee, low = ok
+                    ran = self._quick(c, x.nbytes, low | x.nbytes << BYTES_AT, ieee,
+                                      (x.reshape(-1), out.reshape(-1), uf), out, avg,
+                                      lane=self._scatter_lane)
+                    if ran is not None:
+                        return ran
         self._open(c)
         x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
         out = args.reduce_scatter_out(x, out, *self._where)  # out may be x[rank] (in place)
+        if self._lanes and isinstance(x, np.ndarray):
+            self._scatter_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype),
+                                             callkey.low(c, x.dtype, o))
         name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
 
@@ -477,12 +609,21 @@ class Communicator(HostsInfo):
                     out is None or plain_out(x, out)):
                 if out is None:
                     out = np.empty(x.shape, x.dtype)
-                self._seq += 1
                 uf, avg, ieee, low = ok
-                body = SmallAllReduce(x, out, uf, avg) if self._shared else \
-                    SmallByMessages(x, out, uf, avg, self._choose, self._agree)
-                return self._execute(c, self._seq, body, ieee,
-                                     key=low | x.nbytes << BYTES_AT)  # callkey.key
+                key = low | x.nbytes << BYTES_AT  # callkey.key
+                if self._shared:
+                    body = SmallAllReduce(x, out, uf, avg)
+                else:
+                    # most calls run the current choice (adapt.py, Chooser.quick)
+                    arm = self._quick_ok and self._choose.quick(c, x.nbytes,
+                                                                self._forms[x is out])
+                    if arm and arm.run is recursive_doubling:
+                        return self._lane(c, key, ieee, (x.reshape(-1), out.reshape(-1), uf),
+                                          out, avg, recursive_doubling, self._plan, x, out, 0)
+                    body = SmallByMessages(x, out, uf, avg, self._choose, self._agree,
+                                           arm.run if arm else None)
+                self._seq += 1
+                return self._execute(c, self._seq, body, ieee, key=key)
         self._open(c)
         x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)

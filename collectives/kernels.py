@@ -259,6 +259,22 @@ def exchange_reducer(dtype: np.dtype, op: str):
     return None if code is None else _kernels.reducer(*code)
 
 
+_FUSED: dict = {}  # (op, dtype) -> exchange_reducer's capsule or None
+
+
+def fused(op: str, dtype: np.dtype):
+    """``exchange_reducer(dtype, op)``, kept: what the transports' compiled
+    rounds reduce with (shm's exchange, mpi's steps); None while the
+    kernels are off or where there is none."""
+    if not compiled():
+        return None
+    try:
+        return _FUSED[op, dtype]
+    except KeyError:
+        f = _FUSED[op, dtype] = exchange_reducer(dtype, op)
+        return f
+
+
 def __getattr__(name: str):
     """``bfloat16`` (its dtype) and ``DTYPES``, which import ml_dtypes (dtypes.py)."""
     if name in ("bfloat16", "DTYPES"):

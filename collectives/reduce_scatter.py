@@ -4,6 +4,9 @@ Bytes on the wire per rank, S = x.nbytes (N blocks; docs/algorithms.md):
   ring               (N-1)/N * S sent and received, in N-1 steps
   recursive_halving  (p2-1)/p2 * S in log2(p2) steps, plus S for the ranks
                      of the fold (and their block back)
+  recursive_doubling log2(p2) * S: all_reduce's recursive doubling of the
+                     whole of x, then this rank's block (plus S for the
+                     ranks of the fold)
   direct             (N-1)/N * S sent and received, one round per exchange buffer
   one_copy           the same bytes: each rank reads block ``rank`` of every
                      peer's x where it lies and reduces it (one_copy.py)
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint
+from transports import Endpoint, _swap
 
+from . import all_reduce as _all_reduce
+from . import kernels
 from . import ring as _ring
 from .algorithm import Algorithm, Family
 from .halving import halving
@@ -29,14 +34,56 @@ def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     _ring.reduce_scatter_into(ep, x, [i * m for i in range(ep.size + 1)], op, out)
 
 
+_HALVING: dict = {}  # (rank, size) -> recursive_halving as compiled steps
+
+
+def halving_plan(rank: int, size: int) -> _swap.Plan:
+    """recursive_halving's messages and reductions at ``rank`` of ``size``
+    as the transports' compiled steps take them (``Endpoint.steps``), in
+    blocks, on a copy of x: the fold, the halving (``halving.halving``'s
+    ranges), the fold back; this rank's block is the result."""
+    plan = _HALVING.get((rank, size))
+    if plan is None:
+        f, r, steps = Fold(rank, size), rank, [(_swap.COPY, rank, rank, 0, 0, 0, size)]
+        if f.extra:
+            steps += [(_swap.SEND, r + 1, r + 1, 0, size, 0, 0),
+                      (_swap.RECV, r + 1, r + 1, 0, 0, r, 1)]
+        else:
+            if f.helper:
+                steps.append((_swap.RECV_REDUCE, r - 1, r - 1, 0, 0, 0, size))
+
+            def start(g: int) -> int:  # first block of group g
+                return 2 * g if g <= f.rem else g + f.rem
+            lo, hi, mask = 0, f.p2, f.p2 >> 1
+            while mask:
+                peer, mid = f.real(f.new ^ mask), (lo + hi) // 2
+                (klo, khi), (glo, ghi) = (((mid, hi), (lo, mid)) if f.new & mask
+                                          else ((lo, mid), (mid, hi)))
+                steps.append((_swap.SWAP_REDUCE, peer, peer, start(glo), start(ghi) - start(glo),
+                              start(klo), start(khi) - start(klo)))
+                lo, hi = klo, khi
+                mask >>= 1
+            if f.helper:
+                steps.append((_swap.SEND, r - 1, r - 1, r - 1, 1, 0, 0))
+        plan = _HALVING[rank, size] = _swap.Plan(steps)
+    return plan
+
+
 def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     """Halve the range of blocks each round, exchanging with partner rank ^ mask.
 
     In a non-power-of-two world the new rank g of the fold stands for the
     contiguous blocks of the world ranks it plays (two for a helper), so the
-    halving works on p2 groups of blocks.
+    halving works on p2 groups of blocks.  In one compiled call where the
+    transport has one (mpi, hier: ``Endpoint.steps``).
     """
     n, m, r = ep.size, out.size, ep.rank
+    name = getattr(op, "name", None)
+    if name is not None:
+        acc = np.empty_like(x)
+        if ep.steps(halving_plan(r, n), x, acc, kernels.fused(name, x.dtype), op, m):
+            np.copyto(out, acc[r * m:(r + 1) * m])
+            return
     f = Fold(r, n)
     if f.extra:
         ep.send(x, r + 1)
@@ -52,6 +99,18 @@ def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     halving(ep, f, acc, start, op)
     if f.helper:
         ep.send(acc[(r - 1) * m:r * m], r - 1)
+    np.copyto(out, acc[r * m:(r + 1) * m])
+
+
+def recursive_doubling(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
+    """All-reduce of the whole of x by recursive doubling, then this rank's
+    block: more bytes than halving's, but its first round is with rank ^ 1,
+    its last with rank ^ p2/2, where halving's go the other way: on hosts of
+    consecutive ranks joined by a network, the first is the one on shared
+    memory (hosts.md, "Small messages")."""
+    acc = np.empty_like(x)
+    _all_reduce.recursive_doubling(ep, x, acc, op)
+    m, r = out.size, ep.rank
     np.copyto(out, acc[r * m:(r + 1) * m])
 
 
@@ -102,6 +161,7 @@ def alone(x: np.ndarray, out: np.ndarray, op) -> None:
 FAMILY = Family("reduce_scatter", (
     Algorithm("ring", ring),
     Algorithm("recursive_halving", recursive_halving),
+    Algorithm("recursive_doubling", recursive_doubling),
     Algorithm("direct", direct),
     Algorithm("one_copy", one_copy, needs_one_copy=True),
     Algorithm("one_copy_or_staged", one_copy_or_staged, needs_one_copy=True),

@@ -154,6 +154,10 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("reduce_scatter_gather", "messages: Rabenseifner's bytes for large buffers"),
     ),
     "all_gather": (
+        Row("recursive_doubling", "hier, blocks to 1 KiB: two flat rounds in one compiled "
+            "call, one of them across hosts; 2 x 2 hosts at 1 Gbit/s, 8 B-512 B blocks: 36-71 "
+            "against hier's 96-129 us and bruck's 62-97 (hosts.md, \"Small messages\")",
+            hier=True, max_bytes=1 * KiB),
         _HIER,
         Row("one_copy", "N = 2, output from 16 MiB: one copy per block (performance.md)",
             one_copy=True, ranks=(2, 2), min_total=16 * MiB),
@@ -175,6 +179,13 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("ring", "messages: one copy per block (Bruck's fewer rounds lose above 32 KiB)"),
     ),
     "reduce_scatter": (
+        Row("recursive_doubling", "hier, to 128 B: all_reduce's two flat rounds in one "
+            "compiled call, the one across hosts last; 2 x 2 hosts at 1 Gbit/s, 64 B: 34 "
+            "against recursive_halving's 38 us (from 256 B the whole message crosses at "
+            "twice the time: hosts.md, \"Small messages\")", hier=True, max_bytes=128),
+        Row("recursive_halving", "hier, to 4 KiB: two flat rounds in one compiled call, one "
+            "of them across hosts; 2 x 2 hosts at 1 Gbit/s, 32 B-2 KiB: 43-88 against hier's "
+            "123-156 us (hosts.md, \"Small messages\")", hier=True, max_bytes=4 * KiB),
         _HIER,
         Row("one_copy_or_staged", "measured as all_reduce's (from 16 MiB)", one_copy=True,
             min_bytes=16 * MiB),
@@ -211,6 +222,9 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("linear", "large blocks: each block moves once"),
     ),
     "barrier": (
+        Row("dissemination", "hier, up to 4 ranks: two rounds of empty messages in one compiled "
+            "call; 2 x 2 hosts at 1 Gbit/s: 46-52 against hier's 98-99 us (hosts.md)",
+            hier=True, ranks=(1, 4)),
         _HIER,
         Row("direct", "one round in which every rank signals every other", ranks=(1, 16)),
         Row("dissemination", "ceil(log2 N) rounds: fewer signals per rank from 17 ranks"),

@@ -21,51 +21,58 @@ from .all_reduce import one_round
 from .ops import divide, in_rank_order
 
 
-# (reducer, dtype) -> the kernel for the compiled round (kernels.exchange_reducer) or None
-_FUSED: dict = {}
-
-
-def fused_round(uf, dtype: np.dtype):
-    """The compiled round for reducer ``uf`` and ``dtype``: the exchange and
-    the reduction in one C call; None on the numpy path (the kernels off or
-    not built) or where it has no kernel (complex prod)."""
-    if not kernels.compiled():
-        return None
-    try:
-        return _FUSED[uf, dtype]
-    except KeyError:
-        f = _FUSED[uf, dtype] = kernels.exchange_reducer(dtype, uf.name)
-        return f
-
-
-def plain_out(x: np.ndarray, out) -> bool:
+def plain_out(x: np.ndarray, out, shape=None) -> bool:
     """``out`` is a numpy array that all_reduce takes for ``x`` as it is: the
     same shape and dtype, contiguous, writable, and ``x`` itself or apart
-    from it (anything else goes through the full checks)."""
-    if type(out) is not np.ndarray or out.shape != x.shape or out.dtype != x.dtype:
+    from it (anything else goes through the full checks).  With ``shape``
+    (all_gather's, reduce_scatter's result): of that shape, apart from ``x``."""
+    if type(out) is not np.ndarray or out.shape != (x.shape if shape is None else shape) \
+            or out.dtype != x.dtype:
         return False
     f = out.flags
-    return f.c_contiguous and f.writeable and (out is x or not np.may_share_memory(x, out))
+    return f.c_contiguous and f.writeable and (
+        (out is x and shape is None) or not np.may_share_memory(x, out))
+
+
+class Quick:
+    """The body of a small call that takes the current choice (``run``,
+    adapt.py's ``Chooser.quick``) on flat ``args``, then returns ``result``;
+    ``avg``: the average's division of the last flat array but the op."""
+
+    __slots__ = ("run", "args", "result", "avg")
+
+    def __init__(self, run, args: tuple, result, avg: bool = False):
+        self.run, self.args, self.result, self.avg = run, args, result, avg
+
+    def __call__(self, ep):
+        self.run(ep, *self.args)
+        if self.avg:
+            divide(self.args[-2], ep.size)
+        return self.result
 
 
 class SmallByMessages:
     """The body of a small all-reduce where the transport moves messages
     (mpi, hier): the default's algorithm, chosen and adapted as on the
     general path (adapt.py's ``Chooser.run``: ``choose``; ``agree``, its
-    all-reduce), without that path's checks and scheduling."""
+    all-reduce), without that path's checks and scheduling; ``run``: the
+    algorithm that ``Chooser.quick`` chose and counted for this call."""
 
-    __slots__ = ("x", "out", "uf", "avg", "choose", "agree")
+    __slots__ = ("x", "out", "uf", "avg", "choose", "agree", "run")
 
-    def __init__(self, x: np.ndarray, out: np.ndarray, uf, avg: bool, choose, agree):
+    def __init__(self, x: np.ndarray, out: np.ndarray, uf, avg: bool, choose, agree, run=None):
         self.x, self.out, self.uf, self.avg = x, out, uf, avg
-        self.choose, self.agree = choose, agree
+        self.choose, self.agree, self.run = choose, agree, run
 
     def __call__(self, ep) -> np.ndarray:
         x, out = self.x, self.out
         of = out if out.ndim == 1 else out.reshape(-1)
         xf = of if x is out else (x if x.ndim == 1 else x.reshape(-1))
-        self.choose.run("all_reduce", of.nbytes, "plain", x is out, ep, (xf, of, self.uf),
-                        self.agree)
+        if self.run is not None:
+            self.run(ep, xf, of, self.uf)
+        else:
+            self.choose.run("all_reduce", of.nbytes, "plain", x is out, ep, (xf, of, self.uf),
+                            self.agree)
         if self.avg:
             divide(of, ep.size)
         return out
@@ -83,7 +90,7 @@ class SmallAllReduce:
     def __call__(self, ep) -> np.ndarray:
         out = self.out
         of = out if out.ndim == 1 else out.reshape(-1)
-        fused = fused_round(self.uf, of.dtype)
+        fused = kernels.fused(self.uf.name, of.dtype)
         if fused is None:
             one_round(ep, self.x, of, self.uf)
         else:  # the same round in C; Python's wait and reduction where a peer is late

@@ -50,6 +50,8 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0,
     v = (r - root) % n
     if n == 1:
         return 0, 0
+    if call == "reduce_scatter" and alg == "recursive_doubling":  # all_reduce's, of all of x
+        call = "all_reduce"
     if alg == "one_copy_or_staged":  # on arrays not communicator-allocated: the staged
         # choice (all_to_all's one copy where no rank's output overlaps its input: the same bytes)
         alg = selection.choose(call, S, n, True)
@@ -93,6 +95,8 @@ def expected(call: str, alg: str, r: int, n: int, S: int, root: int = 0,
         part = F(n - 1, n) * S  # reduce_scatter_gather
         return (part, 2 * part) if v == 0 else (S, part)
     if call == "all_gather":
+        if alg == "recursive_doubling" and p2 != n:
+            return None
         return (n - 1) * S, (n - 1) * S
     if call in ("reduce_scatter", "all_to_all"):
         if alg == "recursive_halving" and p2 != n:
@@ -118,6 +122,12 @@ def expected_total(call: str, alg: str, n: int, S: int, shared: bool = True) -> 
         p2 = _p2(n)
         rem = n - p2
         return (p2 - 1) * S + rem * S + rem * F(S, n)
+    if call == "all_gather" and alg == "recursive_doubling":
+        # the p2 groups' rounds, each group all blocks but its own; an extra
+        # rank's block to its helper and the whole output back
+        p2 = _p2(n)
+        rem = n - p2
+        return (p2 - 1) * n * S + rem * S + rem * n * S
     return sum(F(expected(call, alg, r, n, S, shared=shared)[0]) for r in range(n))
 
 

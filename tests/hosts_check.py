@@ -127,6 +127,7 @@ def check_notice(c: Checks, host_of: list[int]) -> None:
                 raise RuntimeError("injected fault")
             ep = comm._t.coll.cross
             ep.isend = ep.irecv = ep.irecv_reduce = ep.sendrecv = ep.sendrecv_reduce = boom
+            ep.steps = boom
         t0 = time.monotonic()
         try:
             comm.all_reduce(np.ones(COUNT), algorithm="hier_leader")

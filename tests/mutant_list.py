@@ -155,6 +155,17 @@ MUTANTS: list[Mutant] = [
            ("tests/test_mpi_swap.py::test_compiled_sendrecv_matches_python_on_mpi[4]",),
            why="a receive still pending after the compiled polls is not waited for: the "
                "round reduces a buffer that has not arrived"),
+    Mutant("steps_receives_uncounted", "transports", "transports/mpi.py",
+           "        recvs = [(s[2], s[6]) for s in steps if s[0] in _swap.RECEIVES]",
+           "        recvs = [(s[2], s[6]) for s in steps if s[0] in _swap.REDUCES]",
+           ("tests/test_mpi_swap.py::test_compiled_sendrecv_matches_python_on_mpi[4]",),
+           why="a compiled schedule counts only the receives it reduces: all-gather's "
+               "bytes go missing"),
+    Mutant("lane_avg_undivided", "collectives", "collectives/communicator.py",
+           "                if avg:\n                    divide(args[1], self.size)",
+           "                pass",
+           ("tests/test_mpi_swap.py::test_compiled_sendrecv_on_hier",),
+           why="the small calls' shortest way returns avg's sum"),
     Mutant("hier_sendrecv_python", "transports", "transports/hier.py",
            "        self.flat.sendrecv(sbuf, dst, rbuf, src)",
            "        Endpoint.sendrecv(self, sbuf, dst, rbuf, src)",

@@ -1,14 +1,16 @@
 """The mpi transport's compiled send-receive (``mpi_swap`` in
-transports/_native.c, ``MpiEndpoint.sendrecv``; transports/_swap.py).
+transports/_native.c, ``MpiEndpoint.sendrecv``; transports/_swap.py) and
+its compiled schedules (``mpi_steps``, ``MpiEndpoint.steps``: recursive
+doubling's whole all-reduce, its folds at N = 3 included).
 
 Under mpiexec, on flat ``mpi`` and on ``hier`` over emulated hosts: the
 algorithms made of send-receive rounds (recursive doubling, halving-doubling,
 Bruck, recursive halving, the ring) give numpy's result and the same bits
-and byte counts (inter-host ones too) with the compiled call and with
-Python's posts, and take the compiled call; a peer that is late past its
+and byte counts (inter-host ones too) with the compiled calls and with
+Python's posts, and take a compiled call; a peer that is late past its
 polls hands the requests to Python's wait; a message of the wrong size
-raises the error Python's path raises; ``COLLECTIVES_MPI_NATIVE=0`` turns
-it off."""
+raises the error Python's path raises, in either call;
+``COLLECTIVES_MPI_NATIVE=0`` turns them off."""
 from __future__ import annotations
 
 import json
@@ -32,18 +34,27 @@ out_path, transport = sys.argv[1], sys.argv[2]
 comm = cc.init(transport)
 r, n = comm.rank, comm.size
 bound = _swap.swap(np.zeros(1), np.zeros(1))
+bound_steps = _swap._bound()[1]
 calls = {"swap": 0, "late": 0}
-if bound is not None:
+# fn (mpi_swap or mpi_steps), its calls and late peers counted; state_at:
+# where its unfinished tuple has the state
+def counting(fn, state_at):
     def counted(*a):
         calls["swap"] += 1
-        res = bound(*a)
-        if res is not None and res[0] == _swap.LATE:
+        res = fn(*a)
+        if res is not None and res[state_at] == _swap.LATE:
             calls["late"] += 1
         return res
-    _swap._state[0] = counted
+    return counted
+if bound is not None:
+    counted, counted_steps = counting(bound, 0), counting(bound_steps, 1)
+    _swap._state[:] = [counted, counted_steps]
+def native(on):
+    _swap._state[:] = [counted, counted_steps] if on and bound else [None, None]
 CASES = [("all_reduce", "recursive_doubling"), ("all_reduce", "halving_doubling"),
          ("all_reduce", "ring"), ("all_gather", "bruck"), ("all_gather", "ring"),
-         ("reduce_scatter", "recursive_halving"), ("reduce_scatter", "ring")]
+         ("reduce_scatter", "recursive_halving"), ("reduce_scatter", "ring"),
+         ("all_gather", "recursive_doubling"), ("reduce_scatter", "recursive_doubling")]
 bad, took = [], []
 for call, alg in CASES:
     before = calls["swap"]
@@ -56,7 +67,7 @@ for call, alg in CASES:
                          .astype(dtype) for p in range(n)]
                 got = {}
                 for mode in ("native", "python"):
-                    _swap._state[0] = counted if mode == "native" and bound else None
+                    native(mode == "native")
                     if late and r == n - 1:
                         time.sleep(0.05)
                     t0 = comm.traffic
@@ -80,23 +91,63 @@ for call, alg in CASES:
                                            np.asarray(want, float).reshape(-1), rtol=tol)):
                     bad.append([call, alg, dtype, count, late, str(ta), str(tb)])
     took.append(calls["swap"] - before)
-_swap._state[0] = counted if bound else None
-# a message of the wrong size: the error Python's path gives
+native(True)
+# the small calls' shortest way (Communicator._lane): the default, many
+# times over, taken by the lane for each call, right every time
+lanes = {"all_reduce": 0, "all_gather": 0, "reduce_scatter": 0}
+real_lane = comm._lane
+def lane(call, *a, **k):
+    lanes[call] += 1
+    return real_lane(call, *a, **k)
+comm._lane = lane
+for i in range(400):
+    for dtype, op in (("float32", "sum"), ("int32", "max"), ("float64", "avg")):
+        m = 1 + i % 5
+        x = (np.arange(m * n) % 7 + r + i % 3).astype(dtype)
+        every = [(np.arange(m * n) % 7 + p + i % 3).astype(dtype) for p in range(n)]
+        red = {"sum": lambda a: sum(a[1:], a[0].copy()), "max": lambda a: np.maximum.reduce(a),
+               "avg": lambda a: sum(a[1:], a[0].copy()) / n}[op]
+        got = comm.all_reduce(x, op=op)
+        if not np.allclose(got, red(every)):
+            bad.append(["lane all_reduce", dtype, op, m])
+        got = comm.reduce_scatter(x.reshape(n, m), op=op)
+        if not np.allclose(got, red(every)[r * m:(r + 1) * m]):
+            bad.append(["lane reduce_scatter", dtype, op, m])
+        got = comm.all_gather(x[:m])
+        if not np.array_equal(got, np.stack([e[:m] for e in every])):
+            bad.append(["lane all_gather", dtype, m])
+comm._lane = real_lane
+native(True)
+# a message of the wrong size: the error Python's path gives, in a
+# send-receive and in a schedule (rank 1 sends 16 bytes, rank 0 expects 32)
 ep = comm._t.coll
 words = []
-for mode in ("native", "python"):
-    _swap._state[0] = counted if mode == "native" and bound else None
-    ep.tag += 1
-    try:
-        ep.sendrecv(np.zeros(2), r ^ 1, np.zeros(4), r ^ 1)
-        words.append("no error")
-    except Exception as e:
-        words.append(f"{type(e).__name__}: {e}")
-comm.barrier()
-_swap._state[0] = counted if bound else None
+for form in ("sendrecv", "steps"):
+    for mode in ("native", "python"):
+        native(mode == "native")
+        ep.tag += 1
+        try:
+            if form == "sendrecv" and r ^ 1 < n:
+                ep.sendrecv(np.zeros(2), r ^ 1, np.zeros(4), r ^ 1)
+            elif form == "steps" and r < 2:
+                plan = _swap.Plan([(_swap.RECV, 1, 1, 0, 0, 0, 1)] if r == 0
+                                  else [(_swap.SEND, 0, 0, 0, 1, 0, 0)])
+                buf = np.zeros(4 if r == 0 else 2)
+                if mode == "python" or not ep.steps(plan, buf, buf, None, None):
+                    if r == 0:
+                        ep.recv(buf, 1)
+                    else:
+                        ep.send(buf, 0)
+            words.append("no error")
+        except Exception as e:
+            words.append(f"{type(e).__name__}: {e}")
+        comm.barrier()
+native(True)
 out = comm.all_gather(np.array([calls["swap"], calls["late"], len(bad), min(took)]))
+lanes_all = comm.all_gather(np.array(list(lanes.values())))
 if r == 0:
     json.dump({"bound": bound is not None, "calls": out.tolist(), "bad": bad, "took": took,
+               "lanes": lanes_all.tolist(),
                "words": words}, open(out_path, "w"))
 comm.close()
 """
@@ -111,17 +162,21 @@ def _run(tmp_path, layout=None, n=4, transport="mpi", **env):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [2, 3, 4])
 def test_compiled_sendrecv_matches_python_on_mpi(tmp_path, n):
     res = _run(tmp_path, n=n)
     assert res["bound"]
     assert res["bad"] == []
     # every rank took the compiled call, and found a late peer at least once
-    for swaps, late, bad, fewest in res["calls"]:
-        assert fewest > 0 and bad == 0, res["calls"]  # each algorithm took it
+    for rank, (swaps, late, bad, fewest) in enumerate(res["calls"]):
+        assert bad == 0 and swaps > 0, res["calls"]
+        # each algorithm took it (at N = 3, rank 0 only sends and receives
+        # in halving's folds: the compiled call is for its send-receives)
+        assert fewest > 0 or (n == 3 and rank == 0), res["calls"]
     assert sum(late for _, late, _, _ in res["calls"]) > 0, res["calls"]
-    native, python = res["words"]
-    assert native == python and "sent 16 bytes where rank 0 expects 32" in native
+    words = res["words"]
+    assert len(words) == 4 and words[0] == words[1] and words[2] == words[3], words
+    assert all("sent 16 bytes where rank 0 expects 32" in w for w in words), words
 
 
 def test_compiled_sendrecv_on_hier(tmp_path):
@@ -131,6 +186,10 @@ def test_compiled_sendrecv_on_hier(tmp_path):
     assert res["bound"] and res["bad"] == []
     for _, _, _, fewest in res["calls"]:
         assert fewest > 0, res["calls"]
+    # the small calls' defaults on hier (recursive doubling, halving) took
+    # the shortest way, every call right (all_reduce, all_gather, reduce_scatter)
+    for counts in res["lanes"]:
+        assert min(counts) > 0, res["lanes"]
 
 
 def test_native_off(tmp_path):

@@ -11,6 +11,8 @@
  * - mpi_swap: one send and one receive between two ranks through the MPI
  *   library the process has loaded (transports/mpi.py, MpiEndpoint.sendrecv):
  *   posted and polled here, handed back to Python's wait when a peer is late.
+ *   mpi_steps: a schedule of them, with reductions (MpiEndpoint.steps: the
+ *   whole of a small all-reduce, all-gather or reduce-scatter in one call).
  *
  * Optional: where it does not build, the shm transport runs the Python
  * exchange and copies with numpy. */
@@ -53,6 +55,19 @@ static void stream_copy_bytes(char *d, const char *s, size_t n)
 #else
     memcpy(d, s, n);
 #endif
+}
+
+/* the collectives_reducer in capsule obj (transports/native_api.h), or NULL
+ * with an exception set */
+static const collectives_reducer *reducer_of(PyObject *obj)
+{
+    const collectives_reducer *red =
+        (const collectives_reducer *)PyCapsule_GetPointer(obj, COLLECTIVES_REDUCER_CAPSULE);
+    if (red && (red->version != COLLECTIVES_REDUCER_VERSION || !red->reduce || !red->itemsize)) {
+        PyErr_SetString(PyExc_ValueError, "transports._native: a reducer of another version");
+        return NULL;
+    }
+    return red;
 }
 
 /* stream_copy(dst_address, src_address, nbytes): the caller has checked both
@@ -122,14 +137,9 @@ static PyObject *exchange_reduce(PyObject *self, PyObject *const *args, Py_ssize
                         "exchange_reduce(reducer, plan, x, out, k, call, key) takes 7 arguments");
         return NULL;
     }
-    const collectives_reducer *red =
-        (const collectives_reducer *)PyCapsule_GetPointer(args[0], COLLECTIVES_REDUCER_CAPSULE);
+    const collectives_reducer *red = reducer_of(args[0]);
     if (!red)
         return NULL;
-    if (red->version != COLLECTIVES_REDUCER_VERSION || !red->reduce || !red->itemsize) {
-        PyErr_SetString(PyExc_ValueError, "exchange_reduce: a reducer of another version");
-        return NULL;
-    }
     long long k = PyLong_AsLongLong(args[4]), call = PyLong_AsLongLong(args[5]);
     long long key = PyLong_AsLongLong(args[6]);
     if (PyErr_Occurred())
@@ -294,6 +304,90 @@ static unsigned long long req_value(const int64_t *slot)
     return (unsigned long long)(mpi.req_size == 4 ? (int64_t) * (const int32_t *)slot : *slot);
 }
 
+/* One send and one receive (either may be absent: dest or source < 0),
+ * posted and polled as mpi_swap says below; the GIL is released. */
+typedef struct {
+    int64_t sreq, rreq;
+    int sdone, rdone, got, state, on_send;
+} swap_result;
+
+static void swap_run(const void *sbuf, int slen, int dest, void *rbuf, int rlen, int source,
+                     int tag, intptr_t comm, long polls, int bounded, swap_result *o)
+{
+    int64_t st[16]; /* an MPI_Status of either library, with room */
+    int err = 0;
+    o->sreq = o->rreq = 0;
+    o->sdone = dest < 0, o->rdone = source < 0;
+    o->got = 0, o->state = 0, o->on_send = 0;
+    if (source >= 0)
+        err = mpi.irecv(rbuf, rlen, mpi.byte, source, tag, comm, &o->rreq);
+    if (!err && dest >= 0) {
+        int b = bounded && mpi.cvar_write;
+        if (b)
+            mpi.cvar_write(mpi.cvar, &mpi.bound);
+        err = mpi.isend((void *)sbuf, slen, mpi.byte, dest, tag, comm, &o->sreq);
+        if (b)
+            mpi.cvar_write(mpi.cvar, &mpi.old);
+        if (err && bounded) {
+            o->state = 2; /* refused (or failed: Python's post tells which) */
+            err = 0;
+            o->sdone = 1;
+            o->sreq = 0;
+        } else
+            o->on_send = 1;
+    }
+    for (long i = 0; !err && i < polls; i++) {
+        int flag = 0;
+        if (!o->rdone) {
+            o->on_send = 0;
+            if ((err = mpi.test(&o->rreq, &flag, st)))
+                break;
+            if (flag) {
+                o->rdone = 1;
+                if ((err = mpi.get_count(st, mpi.byte, &o->got)))
+                    break;
+            }
+        }
+        if (!o->sdone) {
+            o->on_send = 1;
+            if ((err = mpi.test(&o->sreq, &flag, st)))
+                break;
+            o->sdone = flag;
+        }
+        if (o->rdone && o->sdone)
+            break;
+        sched_yield();
+    }
+    if (err)
+        o->state = 3, o->got = err;
+    else if (o->state == 0 && !(o->rdone && o->sdone))
+        o->state = 1;
+}
+
+/* whether a send-receive finished whole: both done, the message rlen bytes */
+static int swap_whole(const swap_result *o, int source, int rlen)
+{
+    return o->state == 0 && (source < 0 || o->got == rlen);
+}
+
+/* (state, send, recv, got, on_send) of a send-receive that did not finish
+ * whole, as mpi_swap returns it (prefix: the step, for mpi_steps) */
+static PyObject *swap_tuple(const swap_result *o, Py_ssize_t step)
+{
+    unsigned long long sh = o->sdone ? 0ULL : req_value(&o->sreq);
+    unsigned long long rh = o->rdone ? 0ULL : req_value(&o->rreq);
+    if (step < 0)
+        return Py_BuildValue("(iKKii)", o->state, sh, rh, o->got, o->on_send);
+    return Py_BuildValue("(niKKii)", step, o->state, sh, rh, o->got, o->on_send);
+}
+
+static int mpi_bound(void)
+{
+    if (!mpi.isend)
+        PyErr_SetString(PyExc_RuntimeError, "transports._native: mpi_bind first");
+    return mpi.isend != NULL;
+}
+
 /* mpi_swap(sbuf, dest, rbuf, source, tag, comm, polls, bounded): post a
  * receive of rbuf's bytes from source, then a send of sbuf's to dest (its
  * post between the bound's writes where bounded), and poll both, giving
@@ -312,16 +406,18 @@ static PyObject *mpi_swap(PyObject *self, PyObject *const *args, Py_ssize_t narg
                         "mpi_swap(sbuf, dest, rbuf, source, tag, comm, polls, bounded) takes 8 arguments");
         return NULL;
     }
-    if (!mpi.isend) {
-        PyErr_SetString(PyExc_RuntimeError, "mpi_swap: mpi_bind first");
+    if (!mpi_bound())
         return NULL;
-    }
     long dest = PyLong_AsLong(args[1]), source = PyLong_AsLong(args[3]);
     long tag = PyLong_AsLong(args[4]), polls = PyLong_AsLong(args[6]);
     unsigned long long comm = PyLong_AsUnsignedLongLongMask(args[5]);
     int bounded = PyObject_IsTrue(args[7]);
     if (PyErr_Occurred() || bounded < 0)
         return NULL;
+    if (dest < 0 || source < 0) {
+        PyErr_SetString(PyExc_ValueError, "mpi_swap: a negative rank");
+        return NULL;
+    }
     Py_buffer sb, rb;
     if (PyObject_GetBuffer(args[0], &sb, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -335,60 +431,127 @@ static PyObject *mpi_swap(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_ValueError, "mpi_swap: a message of 2 GiB or more");
         return NULL;
     }
-    int64_t sreq = 0, rreq = 0;
-    int64_t st[16]; /* an MPI_Status of either library, with room */
-    int sdone = 0, rdone = 0, got = 0, err = 0, state = 0, on_send = 0;
+    swap_result o;
     Py_BEGIN_ALLOW_THREADS
-    err = mpi.irecv(rb.buf, (int)rb.len, mpi.byte, (int)source, (int)tag, (intptr_t)comm, &rreq);
-    if (!err) {
-        int b = bounded && mpi.cvar_write;
-        if (b)
-            mpi.cvar_write(mpi.cvar, &mpi.bound);
-        err = mpi.isend(sb.buf, (int)sb.len, mpi.byte, (int)dest, (int)tag, (intptr_t)comm, &sreq);
-        if (b)
-            mpi.cvar_write(mpi.cvar, &mpi.old);
-        if (err && bounded) {
-            state = 2; /* refused (or failed: Python's post tells which) */
-            err = 0;
-            sdone = 1;
-            sreq = 0;
-        } else
-            on_send = 1;
-    }
-    for (long i = 0; !err && i < polls; i++) {
-        int flag = 0;
-        if (!rdone) {
-            on_send = 0;
-            if ((err = mpi.test(&rreq, &flag, st)))
-                break;
-            if (flag) {
-                rdone = 1;
-                if ((err = mpi.get_count(st, mpi.byte, &got)))
-                    break;
-            }
-        }
-        if (!sdone) {
-            on_send = 1;
-            if ((err = mpi.test(&sreq, &flag, st)))
-                break;
-            sdone = flag;
-        }
-        if (rdone && sdone)
-            break;
-        sched_yield();
-    }
+    swap_run(sb.buf, (int)sb.len, (int)dest, rb.buf, (int)rb.len, (int)source, (int)tag,
+             (intptr_t)comm, polls, bounded, &o);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&sb);
-    Py_ssize_t want = rb.len;
+    int rlen = (int)rb.len;
     PyBuffer_Release(&rb);
-    if (err)
-        state = 3, got = err;
-    else if (state == 0 && rdone && sdone && got == want)
+    if (swap_whole(&o, 0, rlen))
         Py_RETURN_NONE;
-    else if (state == 0 && !(rdone && sdone))
-        state = 1;
-    return Py_BuildValue("(iKKii)", state, sdone ? 0ULL : req_value(&sreq),
-                         rdone ? 0ULL : req_value(&rreq), got, on_send);
+    return swap_tuple(&o, -1);
+}
+
+/* mpi_steps's kinds of step (transports/_swap.py has the same numbers):
+ * send and receive into tmp, then reduce tmp into buf; send; receive into
+ * tmp, then reduce; receive into buf; send and receive into buf; copy src
+ * into buf */
+enum { STEP_SWAP_REDUCE = 0, STEP_SEND = 1, STEP_RECV_REDUCE = 2, STEP_RECV = 3, STEP_SWAP = 4,
+       STEP_COPY = 5 };
+enum { STEP_WORDS = 7 }; /* kind, to, from, send offset, length, receive offset, length */
+
+/* mpi_steps(reducer, steps, src, buf, tmp, start, tag, comm, polls,
+ * elsewhere, bounded, unit): a schedule of send-receives with one peer
+ * each way, run from step ``start``: ``steps`` holds int32 words (kind,
+ * the rank sent to, the rank received from, send offset, send length,
+ * receive offset, receive length), offsets and lengths in units of
+ * ``unit`` bytes of buf.  A reducing step reduces
+ * what came into tmp into buf at the receive offset: buf = op(buf, tmp).
+ * A copy step copies src's first bytes to the receive offset (none where
+ * src is that part of buf itself).
+ * The reductions are the reducer's (transports/native_api.h), with the
+ * GIL held; every step's messages as mpi_swap's, a send bounded where
+ * ``bounded`` and elsewhere[to] (a byte per rank) is set.  None: every
+ * step done.  Else (step, state, send, recv, got, on_send): that step did
+ * not finish whole (mpi_swap's tuple), the ones before it did. */
+static PyObject *mpi_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "mpi_steps(reducer, steps, src, buf, tmp, start, tag, "
+                                         "comm, polls, elsewhere, bounded, unit) takes 12 arguments");
+        return NULL;
+    }
+    if (!mpi_bound())
+        return NULL;
+    const collectives_reducer *red = NULL;
+    if (args[0] != Py_None && !(red = reducer_of(args[0])))
+        return NULL;
+    Py_ssize_t start = PyLong_AsSsize_t(args[5]), unit = PyLong_AsSsize_t(args[11]);
+    long tag = PyLong_AsLong(args[6]), polls = PyLong_AsLong(args[8]);
+    unsigned long long comm = PyLong_AsUnsignedLongLongMask(args[7]);
+    int bounded = PyObject_IsTrue(args[10]);
+    if (PyErr_Occurred() || bounded < 0)
+        return NULL;
+    Py_buffer bufs[5]; /* steps, src, buf, tmp, elsewhere */
+    static const int flags[5] = {PyBUF_SIMPLE, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_WRITABLE,
+                                 PyBUF_SIMPLE};
+    static const int which[5] = {1, 2, 3, 4, 9};
+    int got_bufs = 0;
+    PyObject *result = NULL;
+    for (; got_bufs < 5; got_bufs++)
+        if (PyObject_GetBuffer(args[which[got_bufs]], &bufs[got_bufs], flags[got_bufs]) < 0)
+            goto done;
+    const int32_t *steps = (const int32_t *)bufs[0].buf;
+    Py_ssize_t nsteps = bufs[0].len / (Py_ssize_t)(STEP_WORDS * sizeof(int32_t));
+    char *buf = bufs[2].buf, *tmp = bufs[3].buf;
+    const char *elsewhere = bufs[4].buf;
+    Py_ssize_t n = bufs[2].len, ranks = bufs[4].len;
+    if (unit < 0 || start < 0 || start > nsteps || (red && unit % (Py_ssize_t)red->itemsize)) {
+        PyErr_SetString(PyExc_ValueError, "mpi_steps: start out of range or a unit of part "
+                                          "elements");
+        goto done;
+    }
+    for (Py_ssize_t k = start; k < nsteps; k++) {
+        const int32_t *w = steps + STEP_WORDS * k;
+        int kind = w[0], reduces = kind == STEP_SWAP_REDUCE || kind == STEP_RECV_REDUCE;
+        long long so = w[3], sl = w[4], ro = w[5], rl = w[6];
+        if (kind < STEP_SWAP_REDUCE || kind > STEP_COPY || w[1] < 0 || w[1] >= ranks ||
+            w[2] < 0 || w[2] >= ranks ||
+            so < 0 || sl < 0 || ro < 0 || rl < 0 || (so + sl) * unit > n || (ro + rl) * unit > n ||
+            sl * unit > INT_MAX || rl * unit > INT_MAX || (reduces && (!red || rl * unit > bufs[3].len)) ||
+            (kind == STEP_COPY && rl * unit > bufs[1].len)) {
+            PyErr_SetString(PyExc_ValueError, "mpi_steps: a step of another kind or rank, out of "
+                                              "src, buf or tmp, of 2 GiB or more, or a "
+                                              "reduction without a reducer");
+            goto done;
+        }
+    }
+    for (Py_ssize_t k = start; k < nsteps; k++) {
+        const int32_t *w = steps + STEP_WORDS * k;
+        int kind = w[0], to = w[1];
+        if (kind == STEP_COPY) {
+            if (buf + w[5] * unit != bufs[1].buf)
+                memmove(buf + w[5] * unit, bufs[1].buf, (size_t)(w[6] * unit));
+            continue;
+        }
+        int sends = kind == STEP_SWAP_REDUCE || kind == STEP_SEND || kind == STEP_SWAP;
+        int reduces = kind == STEP_SWAP_REDUCE || kind == STEP_RECV_REDUCE;
+        int source = kind == STEP_SEND ? -1 : w[2];
+        int rlen = (int)(w[6] * unit);
+        char *at = buf + w[5] * unit;
+        swap_result o;
+        Py_BEGIN_ALLOW_THREADS
+        swap_run(buf + w[3] * unit, (int)(w[4] * unit), sends ? to : -1, reduces ? tmp : at,
+                 rlen, source, (int)tag, (intptr_t)comm, polls,
+                 sends && bounded && elsewhere[to], &o);
+        Py_END_ALLOW_THREADS
+        if (!swap_whole(&o, source, rlen)) {
+            result = swap_tuple(&o, k);
+            goto done;
+        }
+        if (reduces) {
+            const char *in[2] = {at, tmp};
+            red->reduce(red, at, in, 2, (size_t)rlen / red->itemsize);
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    while (got_bufs > 0)
+        PyBuffer_Release(&bufs[--got_bufs]);
+    return result;
 }
 #endif
 
@@ -423,6 +586,10 @@ static PyMethodDef methods[] = {
     {"mpi_swap", (PyCFunction)(void (*)(void))mpi_swap, METH_FASTCALL,
      "mpi_swap(sbuf, dest, rbuf, source, tag, comm, polls, bounded): one send and one "
      "receive through MPI, polled here; None when both are done"},
+    {"mpi_steps", (PyCFunction)(void (*)(void))mpi_steps, METH_FASTCALL,
+     "mpi_steps(reducer, steps, src, buf, tmp, start, tag, comm, polls, elsewhere, bounded, "
+     "unit): "
+     "a schedule of send-receives and reductions through MPI; None when every step is done"},
 #endif
     {NULL, NULL, 0, NULL},
 };

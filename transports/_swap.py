@@ -31,9 +31,16 @@ except ImportError:  # not built: Python's posts and waits
 
 # mpi_swap's states (transports/_native.c) for a call that did not finish
 LATE, REFUSED, FAILED = 1, 2, 3
+# mpi_steps's kinds of step (transports/_native.c): send-receive then
+# reduce; send; receive then reduce; receive (into the buffer itself);
+# send-receive (into the buffer itself); copy of the source into the buffer
+SWAP_REDUCE, SEND, RECV_REDUCE, RECV, SWAP, COPY = 0, 1, 2, 3, 4, 5
+SENDS = (SWAP_REDUCE, SEND, SWAP)
+RECEIVES = (SWAP_REDUCE, RECV_REDUCE, RECV, SWAP)
+REDUCES = (SWAP_REDUCE, RECV_REDUCE)
 _LIMIT = 1 << 31  # MPI's int count of bytes
 
-_state: list = []  # once bound: [mpi_swap] or [None]
+_state: list = []  # once bound: [mpi_swap, mpi_steps] or [None, None]
 
 
 def _address(lib, name: str) -> int:
@@ -41,10 +48,11 @@ def _address(lib, name: str) -> int:
 
 
 def _bind():
-    """Bind ``mpi_swap`` to the MPI library mapped into this process."""
+    """Bind ``mpi_swap`` and ``mpi_steps`` to the MPI library mapped into
+    this process."""
     if (_native is None or not hasattr(_native, "mpi_swap")
             or os.environ.get("COLLECTIVES_MPI_NATIVE", "1").strip() == "0"):
-        return None
+        return None, None
     write = cvar = bound = old = 0
     found = _bounded._lookup()
     if found is not None and found[0] is not _bounded._none:  # the bound is ours to write
@@ -66,16 +74,38 @@ def _bind():
             continue
         _native.mpi_bind(*calls, MPI._handleof(MPI.BYTE) & (2 ** 64 - 1),
                          MPI._sizeof(MPI.Request), write, cvar, bound, old)
-        return _native.mpi_swap
-    return None
+        return _native.mpi_swap, getattr(_native, "mpi_steps", None)
+    return None, None
+
+
+def _bound():
+    if not _state:
+        _state.extend(_bind())
+    return _state
 
 
 def swap(sbuf, rbuf):
     """``mpi_swap`` where it takes these two buffers (contiguous numpy
     arrays, the receiving one writable, each under 2 GiB); else None."""
-    f = _state[0] if _state else _state.append(_bind()) or _state[0]
+    f = (_state or _bound())[0]
     if (f is None or type(sbuf) is not np.ndarray or type(rbuf) is not np.ndarray
             or not sbuf.flags.c_contiguous or not rbuf.flags.c_contiguous
             or not rbuf.flags.writeable or sbuf.nbytes >= _LIMIT or rbuf.nbytes >= _LIMIT):
         return None
     return f
+
+
+class Plan:
+    """A schedule for ``mpi_steps``: its steps (kind, the rank sent to, the
+    rank received from, send offset, send length, receive offset, receive
+    length; offsets and lengths in units of the call's choosing, whole
+    blocks), the same packed as the C call reads them, and whether a step
+    reduces."""
+
+    __slots__ = ("steps", "packed", "reduces")
+
+    def __init__(self, steps):
+        self.steps = tuple(tuple(int(w) for w in s) for s in steps)
+        assert all(len(s) == 7 for s in self.steps)
+        self.packed = np.array(self.steps, np.int32).reshape(-1).tobytes()
+        self.reduces = any(s[0] in REDUCES for s in self.steps)

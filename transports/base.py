@@ -94,6 +94,7 @@ class Endpoint:
     # and exchange so that a receiver tells a mismatched call from its own;
     # UNCHECKED while the ranks compare debug mode's signatures
     call_bytes: int = 0
+    what = "collective"  # the call in progress, named in stall reports and errors
     # the largest contribution exchange() moves through shared memory in one
     # copy (0: exchange() is point-to-point messages)
     xchg_bytes: int = 0
@@ -221,6 +222,17 @@ class Endpoint:
     def sendrecv_reduce(self, sbuf: np.ndarray, dst: int, acc: np.ndarray, src: int,
                         op: Reducer) -> None:
         self.waitall([self.irecv_reduce(acc, src, op), self.isend(sbuf, dst)])
+
+    def begin(self, tag: int, call_bytes: int, what: str) -> None:
+        """A collective starts: its tag, call size and name (coll endpoint)."""
+        self.tag, self.call_bytes, self.what = tag, call_bytes, what
+
+    def steps(self, plan, src: np.ndarray, buf: np.ndarray, reducer, op: Reducer,
+              unit: int = 0) -> bool:
+        """Run a schedule of send-receives and reductions (``_swap.Plan``)
+        in one compiled call where the transport has one (mpi:
+        ``MpiEndpoint.steps``); False here: the caller runs it in Python."""
+        return False
 
 
 @dataclasses.dataclass(frozen=True)

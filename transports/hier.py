@@ -90,6 +90,10 @@ class HierEndpoint(Endpoint):
                           lambda self, v: self._set("call_bytes", v))
     what = property(lambda self: self.flat.what, lambda self, v: self._set("what", v))
 
+    def begin(self, tag: int, call_bytes: int, what: str) -> None:
+        for ep in self.parts:
+            ep.tag, ep.call_bytes, ep.what = tag, call_bytes, what
+
     def _sum(self, name: str) -> int:
         return sum(getattr(ep, name) for ep in self.parts)
 
@@ -117,6 +121,10 @@ class HierEndpoint(Endpoint):
     def sendrecv_reduce(self, sbuf: np.ndarray, dst: int, acc: np.ndarray, src: int,
                         op: Reducer) -> None:
         self.flat.sendrecv_reduce(sbuf, dst, acc, src, op)
+
+    def steps(self, plan, src: np.ndarray, buf: np.ndarray, reducer, op: Reducer,
+              unit: int = 0) -> bool:
+        return self.flat.steps(plan, src, buf, reducer, op, unit)
 
 
 class HierTransport(Transport):

@@ -39,6 +39,7 @@ from .errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, peer_
 # nap waits out the rest of it: at N = 4 on two cores, 1 ms naps left small
 # gathers at 0.4-0.6 ms a call; performance.md, "Default algorithm choice")
 _POLLS = 64
+_STEPS_TMP = 64 * 1024  # messages of up to this many bytes take steps' own scratch
 _NAP_MAX = 250e-6
 _MPI_LOCK = threading.Lock()  # one per process: every communicator's worker shares it
 SEQ_BITS = 15  # a collective's tag: the sequence number modulo 2**15 (TAG_UB + 1) ...
@@ -183,6 +184,7 @@ class MpiTransport(Transport):
         # ranks on another machine (not an emulated host: MPI reaches a rank
         # of this machine through shared memory), whose sends are bounded
         self.elsewhere = [not x for x in local]
+        self.elsewhere_bytes = bytes(self.elsewhere)  # the same for the compiled steps
         # MPI_TAG_UB is an attribute of MPI_COMM_WORLD (MPI 4.0, 8.1.2);
         # Open MPI does not copy it to a communicator made by a split
         tag_ub = mpicomm.Get_attr(MPI.TAG_UB) or MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or TAG_UB
@@ -401,6 +403,9 @@ class MpiEndpoint(Endpoint):
         self.modulus = modulus
         self.coll = what == "collective"
         self._pool: list[np.ndarray] = []  # receive-and-reduce buffers to reuse
+        self._tmp = np.empty(_STEPS_TMP, np.uint8)  # steps' scratch for small messages
+        self._plan_counts: dict = {}  # steps' plan -> what it moves (_counts)
+        self._bounded = None  # whether steps' sends to other machines are bounded
         # sends to another machine that MPI refused (``_bounded``), per peer in
         # the order posted: a later send to that peer waits behind them, so
         # that messages between two ranks keep their order
@@ -525,7 +530,8 @@ class MpiEndpoint(Endpoint):
     def _swapped(self, res, sbuf, dst, rbuf, src) -> list:
         """What a compiled send-receive that did not finish leaves: the
         counts of what is done, and the requests of what is not (a send that
-        MPI refused is posted as ``isend`` does)."""
+        MPI refused is posted as ``isend`` does).  ``sbuf`` or ``rbuf`` is
+        None for a step of ``steps`` without that message."""
         state, sh, rh, got, on_send = res
         reqs = []
         for h, peer, buf, sending in ((rh, src, rbuf, False), (sh, dst, sbuf, True)):
@@ -535,15 +541,101 @@ class MpiEndpoint(Endpoint):
                 reqs.append(r)
         if state == _swap.FAILED:
             raise self.failed(dst if on_send else src, MPI.Exception(got))
-        if not rh:
+        if not rh and rbuf is not None:
             if got != rbuf.nbytes:
                 raise _wrong_size(src, got, self.rank, rbuf.nbytes)
             self.count_received(src, got)
         if state == _swap.REFUSED:
             reqs.append(self._post(self.comm.Isend, sbuf, dst, None, True))
-        elif not sh:
+        elif not sh and sbuf is not None:
             self.count_sent(dst, sbuf.nbytes)
         return reqs
+
+    def steps(self, plan, src: np.ndarray, buf: np.ndarray, reducer, op: Reducer,
+              unit: int = 0) -> bool:
+        """Run ``plan`` (``_swap.Plan``) on ``buf`` in one compiled call
+        (``mpi_steps``, transports/_native.c), whose copy steps take
+        ``src``, a plan's unit being ``unit`` elements of ``buf`` (0: the
+        whole buffer), its reductions by
+        ``reducer`` (a kernel's capsule, transports/native_api.h; ``op`` is
+        the same in Python).  A late peer's step goes on to ``waitall`` as
+        any other.  False where the call does not take these buffers:
+        nothing has moved."""
+        run = (_swap._state or _swap._bound())[1]
+        if (run is None or (reducer is None and plan.reduces) or self.queued
+                or type(buf) is not np.ndarray or type(src) is not np.ndarray):
+            return False
+        t, nb = self.t, buf.nbytes
+        ub = unit * buf.itemsize if unit else nb
+        small = nb <= _STEPS_TMP  # the C call takes a larger scratch
+        tmp = self._tmp if small else self._scratch(buf)
+        tag = self._tag(None)
+        bounded = self._bounded
+        if bounded is None:
+            bounded = self._bounded = True in t.elsewhere and _bounded.active()
+        try:
+            with t.lock:
+                res = run(reducer, plan.packed, src, buf, tmp, 0, tag, self.handle, _POLLS,
+                          t.elsewhere_bytes, bounded, ub)
+        except (BufferError, ValueError):  # not C-contiguous, read-only, 2 GiB: nothing moved
+            if not small:
+                self.give_back(tmp)
+            return False
+        if res is None:  # most calls: every step done, counted at once
+            counts = self._plan_counts.get(plan)
+            if counts is None:
+                counts = self._plan_counts[plan] = self._counts(plan.steps)
+            sent, inter_sent, got, inter_got = counts
+            self.sent_bytes += sent * ub
+            self.inter_sent_bytes += inter_sent * ub
+            self.recv_bytes += got * ub
+            self.inter_recv_bytes += inter_got * ub
+        else:
+            self._late_steps(run, plan, res, src, buf, tmp, reducer, op, tag, bounded, ub)
+        if not small:
+            self.give_back(tmp)
+        return True
+
+    def _counts(self, steps) -> tuple:
+        """What a whole schedule of ``steps`` sends and receives, in its
+        units: (sent, to another host, received, from one)."""
+        remote = self.t.remote
+        sends = [(s[1], s[4]) for s in steps if s[0] in _swap.SENDS]
+        recvs = [(s[2], s[6]) for s in steps if s[0] in _swap.RECEIVES]
+        return (sum(u for _, u in sends), sum(u for p, u in sends if remote[p]),
+                sum(u for _, u in recvs), sum(u for p, u in recvs if remote[p]))
+
+    def _late_steps(self, run, plan, res, src, buf, tmp, reducer, op, tag, bounded, ub) -> None:
+        """Go on with ``steps`` after the compiled call stopped at a step
+        (``res``): count the steps done, finish that one through ``waitall``
+        (a late peer, a refused send, a failure, a wrong size), and call
+        the rest again."""
+        t, steps, start = self.t, plan.steps, 0
+        e = ub // buf.itemsize  # elements a unit
+        flat = buf.reshape(-1)
+        work = tmp.view(np.uint8)[:flat.nbytes].view(buf.dtype)
+        while True:
+            end = len(steps) if res is None else res[0]
+            for kind, to, fro, _, sl, _, rl in steps[start:end]:
+                if kind in _swap.SENDS:
+                    self.count_sent(to, sl * ub)
+                if kind in _swap.RECEIVES:
+                    self.count_received(fro, rl * ub)
+            if res is None:
+                return
+            kind, to, fro, so, sl, ro, rl = steps[end]
+            at = flat[ro * e:(ro + rl) * e]
+            into = work[:rl * e] if kind in _swap.REDUCES else at
+            self.waitall(self._swapped(res[1:], flat[so * e:(so + sl) * e] if kind in _swap.SENDS
+                                       else None, to,
+                                       None if kind == _swap.SEND else into, fro))
+            if kind in _swap.REDUCES:
+                with np.errstate(all="ignore"):  # an overflow to inf is a result
+                    op(at, into, out=at)
+            start = end + 1
+            with t.lock:
+                res = run(reducer, plan.packed, src, buf, tmp, start, tag, self.handle, _POLLS,
+                          t.elsewhere_bytes, bounded, ub)
 
     def count_sent(self, peer: int, nbytes: int) -> None:
         """Count a completed send to ``peer`` (and to another host, where it is)."""

@@ -1,0 +1,52 @@
+"""Schedules of send-receives written as data (``transports._swap.Plan``):
+what the transports' compiled steps run in one call (``Endpoint.steps``:
+mpi and hier), and ``run``, the same schedule step by step on any
+endpoint's messages where no compiled call takes it."""
+from __future__ import annotations
+
+import numpy as np
+
+from transports import Endpoint, _swap
+
+
+def run(ep: Endpoint, plan: _swap.Plan, src: np.ndarray, buf: np.ndarray, op, unit: int) -> None:
+    """``plan`` on ``buf`` (flat), its copy steps from ``src``, offsets and
+    lengths in units of ``unit`` elements (0: the whole buffer); in one
+    compiled call where the endpoint has one, else here.  A reducing step
+    reduces after both its messages are done, as the compiled one does, so
+    that a send from the part it reduces into has left first."""
+    if ep.steps(plan, src, buf, _reducer(op, buf.dtype), op, unit):
+        return
+    e = unit or buf.size
+    tmp = None
+    for kind, to, fro, so, sl, ro, rl in plan.steps:
+        at = buf[ro * e:(ro + rl) * e]
+        sent = buf[so * e:(so + sl) * e]
+        if kind == _swap.COPY:
+            if not (at.size and np.shares_memory(at, src[:rl * e])):
+                np.copyto(at, src[:rl * e])
+        elif kind == _swap.SWAP:
+            ep.sendrecv(sent, to, at, fro)
+        elif kind == _swap.SEND:
+            ep.send(sent, to)
+        elif kind == _swap.RECV:
+            ep.recv(at, fro)
+        else:  # a receive, then its reduction into ``at``
+            if tmp is None:
+                tmp = np.empty_like(buf)
+            got = tmp[:rl * e]
+            if kind == _swap.SWAP_REDUCE:
+                ep.sendrecv(sent, to, got, fro)
+            else:
+                ep.recv(got, fro)
+            op(at, got, out=at)
+
+
+def _reducer(op, dtype):
+    """The compiled kernel that reduces for ``op`` (kernels.fused): None for
+    a plan without reductions (``op`` None) or without a kernel."""
+    if op is None:
+        return None
+    from . import kernels
+    name = getattr(op, "name", None)
+    return None if name is None else kernels.fused(name, dtype)
