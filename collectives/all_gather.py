@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint, _swap
+from transports import Endpoint, schedule
 
 from . import plans
 from . import ring as _ring
@@ -36,17 +36,17 @@ def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 _BRUCK: dict = {}  # (rank, size) -> bruck's rounds as compiled steps (bruck_plan)
 
 
-def bruck_plan(rank: int, size: int) -> _swap.Plan:
+def bruck_plan(rank: int, size: int) -> schedule.Plan:
     """Bruck's rounds at ``rank`` of ``size`` as the transports' compiled
     steps take them (``Endpoint.steps``), in blocks of the output."""
     plan = _BRUCK.get((rank, size))
     if plan is None:
-        steps, k = [(_swap.COPY, rank, rank, 0, 0, 0, 1)], 1
+        steps, k = [(schedule.COPY, rank, rank, 0, 0, 0, 1)], 1
         while k < size:
             c = min(k, size - k)
-            steps.append((_swap.SWAP, (rank - k) % size, (rank + k) % size, 0, c, k, c))
+            steps.append((schedule.SWAP, (rank - k) % size, (rank + k) % size, 0, c, k, c))
             k <<= 1
-        plan = _BRUCK[rank, size] = _swap.Plan(steps)
+        plan = _BRUCK[rank, size] = schedule.Plan(steps)
     return plan
 
 
@@ -72,7 +72,7 @@ def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 _DOUBLING: dict = {}  # (rank, size) -> recursive_doubling's steps (doubling_plan)
 
 
-def doubling_plan(rank: int, size: int) -> _swap.Plan:
+def doubling_plan(rank: int, size: int) -> schedule.Plan:
     """recursive_doubling's steps at ``rank`` of ``size``, in blocks of the
     output.  Where N is not a power of two, the first 2*rem ranks fold
     (ranks.Fold): an extra rank hands its block to its helper and gets the
@@ -81,13 +81,13 @@ def doubling_plan(rank: int, size: int) -> _swap.Plan:
     plan = _DOUBLING.get((rank, size))
     if plan is None:
         f, r = Fold(rank, size), rank
-        steps = [(_swap.COPY, r, r, 0, 0, r, 1)]
+        steps = [(schedule.COPY, r, r, 0, 0, r, 1)]
         if f.extra:
-            steps += [(_swap.SEND, r + 1, r + 1, r, 1, 0, 0),
-                      (_swap.RECV, r + 1, r + 1, 0, 0, 0, size)]
+            steps += [(schedule.SEND, r + 1, r + 1, r, 1, 0, 0),
+                      (schedule.RECV, r + 1, r + 1, 0, 0, 0, size)]
         else:
             if f.helper:
-                steps.append((_swap.RECV, r - 1, r - 1, 0, 0, r - 1, 1))
+                steps.append((schedule.RECV, r - 1, r - 1, 0, 0, r - 1, 1))
 
             def start(g: int) -> int:  # first block of new rank g's ranks
                 return 2 * g if g <= f.rem else g + f.rem
@@ -95,13 +95,13 @@ def doubling_plan(rank: int, size: int) -> _swap.Plan:
             while mask < f.p2:
                 peer = f.new ^ mask
                 mine, theirs = f.new & ~(mask - 1), peer & ~(mask - 1)
-                steps.append((_swap.SWAP, f.real(peer), f.real(peer), start(mine),
+                steps.append((schedule.SWAP, f.real(peer), f.real(peer), start(mine),
                               start(mine + mask) - start(mine), start(theirs),
                               start(theirs + mask) - start(theirs)))
                 mask <<= 1
             if f.helper:
-                steps.append((_swap.SEND, r - 1, r - 1, 0, size, 0, 0))
-        plan = _DOUBLING[rank, size] = _swap.Plan(steps)
+                steps.append((schedule.SEND, r - 1, r - 1, 0, size, 0, 0))
+        plan = _DOUBLING[rank, size] = schedule.Plan(steps)
     return plan
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint, _swap
+from transports import Endpoint, schedule
 
 from . import kernels
 from . import ring as _ring
@@ -149,27 +149,27 @@ def _fold_out(ep: Endpoint, f: Fold, buf: np.ndarray) -> None:
 _PLANS: dict = {}  # (rank, size) -> recursive doubling's steps (doubling_plan)
 
 
-def doubling_plan(rank: int, size: int) -> _swap.Plan:
+def doubling_plan(rank: int, size: int) -> schedule.Plan:
     """recursive_doubling's messages and reductions at ``rank`` of ``size``,
     as the transports' compiled steps take them (``Endpoint.steps``)."""
     plan = _PLANS.get((rank, size))
     if plan is None:
         whole = (0, 1, 0, 1)  # the whole buffer, sent and received (its unit)
-        f, steps = Fold(rank, size), [(_swap.COPY, rank, rank, *whole)]
+        f, steps = Fold(rank, size), [(schedule.COPY, rank, rank, *whole)]
         if f.extra:
-            steps += [(_swap.SEND, rank + 1, rank + 1, *whole),
-                      (_swap.RECV, rank + 1, rank + 1, *whole)]
+            steps += [(schedule.SEND, rank + 1, rank + 1, *whole),
+                      (schedule.RECV, rank + 1, rank + 1, *whole)]
         else:
             if f.helper:
-                steps.append((_swap.RECV_REDUCE, rank - 1, rank - 1, *whole))
+                steps.append((schedule.RECV_REDUCE, rank - 1, rank - 1, *whole))
             mask = 1
             while mask < f.p2:
                 peer = f.real(f.new ^ mask)
-                steps.append((_swap.SWAP_REDUCE, peer, peer, *whole))
+                steps.append((schedule.SWAP_REDUCE, peer, peer, *whole))
                 mask <<= 1
             if f.helper:
-                steps.append((_swap.SEND, rank - 1, rank - 1, *whole))
-        plan = _PLANS[rank, size] = _swap.Plan(steps)
+                steps.append((schedule.SEND, rank - 1, rank - 1, *whole))
+        plan = _PLANS[rank, size] = schedule.Plan(steps)
     return plan
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint, _swap
+from transports import Endpoint, schedule
 
 from . import plans
 from .algorithm import Algorithm, Family
@@ -27,9 +27,9 @@ def dissemination(ep: Endpoint) -> None:
     if plan is None:
         steps, k = [], 1
         while k < n:
-            steps.append((_swap.SWAP, (r + k) % n, (r - k) % n, 0, 0, 0, 0))
+            steps.append((schedule.SWAP, (r + k) % n, (r - k) % n, 0, 0, 0, 0))
             k <<= 1
-        plan = _PLANS[r, n] = _swap.Plan(steps)
+        plan = _PLANS[r, n] = schedule.Plan(steps)
     plans.run(ep, plan, _EMPTY, np.empty(0, np.uint8), None, 0)
 
 

@@ -1,4 +1,4 @@
-"""Schedules of send-receives written as data (``transports._swap.Plan``):
+"""Schedules of send-receives written as data (``transports.schedule.Plan``):
 what the transports' compiled steps run in one call (``Endpoint.steps``:
 mpi and hier), and ``run``, the same schedule step by step on any
 endpoint's messages where no compiled call takes it."""
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint, _swap
+from transports import Endpoint, schedule
 
 
-def run(ep: Endpoint, plan: _swap.Plan, src: np.ndarray, buf: np.ndarray, op, unit: int) -> None:
+def run(ep: Endpoint, plan: schedule.Plan, src: np.ndarray, buf: np.ndarray, op, unit: int) -> None:
     """``plan`` on ``buf`` (flat), its copy steps from ``src``, offsets and
     lengths in units of ``unit`` elements (0: the whole buffer); in one
     compiled call where the endpoint has one, else here.  A reducing step
@@ -22,20 +22,20 @@ def run(ep: Endpoint, plan: _swap.Plan, src: np.ndarray, buf: np.ndarray, op, un
     for kind, to, fro, so, sl, ro, rl in plan.steps:
         at = buf[ro * e:(ro + rl) * e]
         sent = buf[so * e:(so + sl) * e]
-        if kind == _swap.COPY:
+        if kind == schedule.COPY:
             if not (at.size and np.shares_memory(at, src[:rl * e])):
                 np.copyto(at, src[:rl * e])
-        elif kind == _swap.SWAP:
+        elif kind == schedule.SWAP:
             ep.sendrecv(sent, to, at, fro)
-        elif kind == _swap.SEND:
+        elif kind == schedule.SEND:
             ep.send(sent, to)
-        elif kind == _swap.RECV:
+        elif kind == schedule.RECV:
             ep.recv(at, fro)
         else:  # a receive, then its reduction into ``at``
             if tmp is None:
                 tmp = np.empty_like(buf)
             got = tmp[:rl * e]
-            if kind == _swap.SWAP_REDUCE:
+            if kind == schedule.SWAP_REDUCE:
                 ep.sendrecv(sent, to, got, fro)
             else:
                 ep.recv(got, fro)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from transports import Endpoint, _swap
+from transports import Endpoint, schedule
 
 from . import all_reduce as _all_reduce
 from . import kernels
@@ -37,20 +37,20 @@ def ring(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
 _HALVING: dict = {}  # (rank, size) -> recursive_halving as compiled steps
 
 
-def halving_plan(rank: int, size: int) -> _swap.Plan:
+def halving_plan(rank: int, size: int) -> schedule.Plan:
     """recursive_halving's messages and reductions at ``rank`` of ``size``
     as the transports' compiled steps take them (``Endpoint.steps``), in
     blocks, on a copy of x: the fold, the halving (``halving.halving``'s
     ranges), the fold back; this rank's block is the result."""
     plan = _HALVING.get((rank, size))
     if plan is None:
-        f, r, steps = Fold(rank, size), rank, [(_swap.COPY, rank, rank, 0, 0, 0, size)]
+        f, r, steps = Fold(rank, size), rank, [(schedule.COPY, rank, rank, 0, 0, 0, size)]
         if f.extra:
-            steps += [(_swap.SEND, r + 1, r + 1, 0, size, 0, 0),
-                      (_swap.RECV, r + 1, r + 1, 0, 0, r, 1)]
+            steps += [(schedule.SEND, r + 1, r + 1, 0, size, 0, 0),
+                      (schedule.RECV, r + 1, r + 1, 0, 0, r, 1)]
         else:
             if f.helper:
-                steps.append((_swap.RECV_REDUCE, r - 1, r - 1, 0, 0, 0, size))
+                steps.append((schedule.RECV_REDUCE, r - 1, r - 1, 0, 0, 0, size))
 
             def start(g: int) -> int:  # first block of group g
                 return 2 * g if g <= f.rem else g + f.rem
@@ -59,13 +59,13 @@ def halving_plan(rank: int, size: int) -> _swap.Plan:
                 peer, mid = f.real(f.new ^ mask), (lo + hi) // 2
                 (klo, khi), (glo, ghi) = (((mid, hi), (lo, mid)) if f.new & mask
                                           else ((lo, mid), (mid, hi)))
-                steps.append((_swap.SWAP_REDUCE, peer, peer, start(glo), start(ghi) - start(glo),
+                steps.append((schedule.SWAP_REDUCE, peer, peer, start(glo), start(ghi) - start(glo),
                               start(klo), start(khi) - start(klo)))
                 lo, hi = klo, khi
                 mask >>= 1
             if f.helper:
-                steps.append((_swap.SEND, r - 1, r - 1, r - 1, 1, 0, 0))
-        plan = _HALVING[rank, size] = _swap.Plan(steps)
+                steps.append((schedule.SEND, r - 1, r - 1, r - 1, 1, 0, 0))
+        plan = _HALVING[rank, size] = schedule.Plan(steps)
     return plan
 
 

@@ -156,8 +156,8 @@ MUTANTS: list[Mutant] = [
            why="a receive still pending after the compiled polls is not waited for: the "
                "round reduces a buffer that has not arrived"),
     Mutant("steps_receives_uncounted", "transports", "transports/mpi.py",
-           "        recvs = [(s[2], s[6]) for s in steps if s[0] in _swap.RECEIVES]",
-           "        recvs = [(s[2], s[6]) for s in steps if s[0] in _swap.REDUCES]",
+           "        recvs = [(s[2], s[6]) for s in steps if s[0] in schedule.RECEIVES]",
+           "        recvs = [(s[2], s[6]) for s in steps if s[0] in schedule.REDUCES]",
            ("tests/test_mpi_swap.py::test_compiled_sendrecv_matches_python_on_mpi[4]",),
            why="a compiled schedule counts only the receives it reduces: all-gather's "
                "bytes go missing"),

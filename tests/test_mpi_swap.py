@@ -28,7 +28,7 @@ SCRIPT = r"""
 import json, sys, time
 import numpy as np
 import collectives as cc
-from transports import _swap
+from transports import _swap, schedule
 
 out_path, transport = sys.argv[1], sys.argv[2]
 comm = cc.init(transport)
@@ -130,8 +130,8 @@ for form in ("sendrecv", "steps"):
             if form == "sendrecv" and r ^ 1 < n:
                 ep.sendrecv(np.zeros(2), r ^ 1, np.zeros(4), r ^ 1)
             elif form == "steps" and r < 2:
-                plan = _swap.Plan([(_swap.RECV, 1, 1, 0, 0, 0, 1)] if r == 0
-                                  else [(_swap.SEND, 0, 0, 0, 1, 0, 0)])
+                plan = schedule.Plan([(schedule.RECV, 1, 1, 0, 0, 0, 1)] if r == 0
+                                  else [(schedule.SEND, 0, 0, 0, 1, 0, 0)])
                 buf = np.zeros(4 if r == 0 else 2)
                 if mode == "python" or not ep.steps(plan, buf, buf, None, None):
                     if r == 0:

@@ -235,3 +235,14 @@ def test_launcher_kind_from_its_version(tmp_path, said, kind):
     fake.write_text("#!/bin/sh\ncat <<'EOF'\n" + said + "\nEOF\n")
     fake.chmod(0o755)
     assert kind_of(str(fake)) == kind
+
+
+def test_import_does_not_start_mpi():
+    """``import collectives`` (and the trainer, the benchmark's modules)
+    leaves MPI alone: mpi4py's MPI, whose import starts MPI (a singleton
+    under Open MPI, with a file in /dev/shm), comes with ``cc.init``."""
+    code = ("import sys\nimport collectives, collectives.plans, transports.schedule\n"
+            "assert 'mpi4py.MPI' not in sys.modules, 'import collectives started MPI'\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr

@@ -31,13 +31,6 @@ except ImportError:  # not built: Python's posts and waits
 
 # mpi_swap's states (transports/_native.c) for a call that did not finish
 LATE, REFUSED, FAILED = 1, 2, 3
-# mpi_steps's kinds of step (transports/_native.c): send-receive then
-# reduce; send; receive then reduce; receive (into the buffer itself);
-# send-receive (into the buffer itself); copy of the source into the buffer
-SWAP_REDUCE, SEND, RECV_REDUCE, RECV, SWAP, COPY = 0, 1, 2, 3, 4, 5
-SENDS = (SWAP_REDUCE, SEND, SWAP)
-RECEIVES = (SWAP_REDUCE, RECV_REDUCE, RECV, SWAP)
-REDUCES = (SWAP_REDUCE, RECV_REDUCE)
 _LIMIT = 1 << 31  # MPI's int count of bytes
 
 _state: list = []  # once bound: [mpi_swap, mpi_steps] or [None, None]
@@ -93,19 +86,3 @@ def swap(sbuf, rbuf):
             or not rbuf.flags.writeable or sbuf.nbytes >= _LIMIT or rbuf.nbytes >= _LIMIT):
         return None
     return f
-
-
-class Plan:
-    """A schedule for ``mpi_steps``: its steps (kind, the rank sent to, the
-    rank received from, send offset, send length, receive offset, receive
-    length; offsets and lengths in units of the call's choosing, whole
-    blocks), the same packed as the C call reads them, and whether a step
-    reduces."""
-
-    __slots__ = ("steps", "packed", "reduces")
-
-    def __init__(self, steps):
-        self.steps = tuple(tuple(int(w) for w in s) for s in steps)
-        assert all(len(s) == 7 for s in self.steps)
-        self.packed = np.array(self.steps, np.int32).reshape(-1).tobytes()
-        self.reduces = any(s[0] in REDUCES for s in self.steps)

@@ -229,7 +229,7 @@ class Endpoint:
 
     def steps(self, plan, src: np.ndarray, buf: np.ndarray, reducer, op: Reducer,
               unit: int = 0) -> bool:
-        """Run a schedule of send-receives and reductions (``_swap.Plan``)
+        """Run a schedule of send-receives and reductions (``schedule.Plan``)
         in one compiled call where the transport has one (mpi:
         ``MpiEndpoint.steps``); False here: the caller runs it in Python."""
         return False

@@ -29,7 +29,7 @@ from typing import Iterable
 import numpy as np
 from mpi4py import MPI
 
-from . import _bounded, _swap
+from . import _bounded, _swap, schedule
 from .base import (TAG_UB, UNCHECKED, Capabilities, Deadline, Endpoint, Reducer, Request,
                    Transport, as_bytes)
 from .errors import STRAY_CALLS, CollectiveError, PeerFailure, mismatched, peer_notice, stray
@@ -553,7 +553,7 @@ class MpiEndpoint(Endpoint):
 
     def steps(self, plan, src: np.ndarray, buf: np.ndarray, reducer, op: Reducer,
               unit: int = 0) -> bool:
-        """Run ``plan`` (``_swap.Plan``) on ``buf`` in one compiled call
+        """Run ``plan`` (``schedule.Plan``) on ``buf`` in one compiled call
         (``mpi_steps``, transports/_native.c), whose copy steps take
         ``src``, a plan's unit being ``unit`` elements of ``buf`` (0: the
         whole buffer), its reductions by
@@ -600,8 +600,8 @@ class MpiEndpoint(Endpoint):
         """What a whole schedule of ``steps`` sends and receives, in its
         units: (sent, to another host, received, from one)."""
         remote = self.t.remote
-        sends = [(s[1], s[4]) for s in steps if s[0] in _swap.SENDS]
-        recvs = [(s[2], s[6]) for s in steps if s[0] in _swap.RECEIVES]
+        sends = [(s[1], s[4]) for s in steps if s[0] in schedule.SENDS]
+        recvs = [(s[2], s[6]) for s in steps if s[0] in schedule.RECEIVES]
         return (sum(u for _, u in sends), sum(u for p, u in sends if remote[p]),
                 sum(u for _, u in recvs), sum(u for p, u in recvs if remote[p]))
 
@@ -617,19 +617,19 @@ class MpiEndpoint(Endpoint):
         while True:
             end = len(steps) if res is None else res[0]
             for kind, to, fro, _, sl, _, rl in steps[start:end]:
-                if kind in _swap.SENDS:
+                if kind in schedule.SENDS:
                     self.count_sent(to, sl * ub)
-                if kind in _swap.RECEIVES:
+                if kind in schedule.RECEIVES:
                     self.count_received(fro, rl * ub)
             if res is None:
                 return
             kind, to, fro, so, sl, ro, rl = steps[end]
             at = flat[ro * e:(ro + rl) * e]
-            into = work[:rl * e] if kind in _swap.REDUCES else at
-            self.waitall(self._swapped(res[1:], flat[so * e:(so + sl) * e] if kind in _swap.SENDS
+            into = work[:rl * e] if kind in schedule.REDUCES else at
+            self.waitall(self._swapped(res[1:], flat[so * e:(so + sl) * e] if kind in schedule.SENDS
                                        else None, to,
-                                       None if kind == _swap.SEND else into, fro))
-            if kind in _swap.REDUCES:
+                                       None if kind == schedule.SEND else into, fro))
+            if kind in schedule.REDUCES:
                 with np.errstate(all="ignore"):  # an overflow to inf is a result
                     op(at, into, out=at)
             start = end + 1
