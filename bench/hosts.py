@@ -115,7 +115,7 @@ class Hosts:
             if mpi_supported(native, self.mpicomm):
                 calls[NATIVE] = native
             for t in TRANSPORTS:  # each default through its first tries, untimed
-                learn(cases[t], calls[t], self.mpicomm)
+                learn(cases[t], [calls[t]], self.mpicomm)
             times, iters = self._rounds(calls, s, rounds)
             for key in calls:
                 case = cases.get(key, cases["hier"])

@@ -109,6 +109,11 @@ def quiet_barrier(mpicomm, poll_s: float = 0.001) -> None:
 
 # the default's calls at a size before its warm-up, beyond its first tries (learn)
 LEARN_EXTRA = 8
+# learn() goes on while more learning is due within this many calls (a look
+# back, a confirmation: not the steady tries, MIN_INTERVAL calls apart), at most
+# LEARN_MORE bursts
+LEARN_HORIZON = 16
+LEARN_MORE = 64
 
 
 def mpi_supported(fn: Optional[Call], mpicomm) -> bool:
@@ -184,7 +189,7 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
         if cfn is not None:
             calls["copy"] = cfn
         if None in s.algorithms:
-            learn(case, calls["out", None], mpicomm)
+            learn(case, [calls[k] for k in (("out", None), ("in", None)) if k in calls], mpicomm)
         timed = clock.interleaved(calls, s)
         best = _fastest(timed, s.algorithms)
         for alg in s.algorithms:
@@ -205,12 +210,17 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
         del case, calls
 
 
-def learn(case: Case, fn: Call, mpicomm) -> None:
-    """Before the default is timed at a size, let it learn: as many calls as
-    its first tries take (collectives/adapt.py: its first choice's first
-    calls, then FIRST_TRIES tries of BURST calls of every other offered
-    algorithm) and LEARN_EXTRA more, untimed.  Nothing where it does not
-    adapt."""
+def learn(case: Case, fns: list, mpicomm) -> None:
+    """Before the default is timed at a size, let it learn, untimed, on each
+    of its calls ``fns`` (out of place, in place: each is a form of its own,
+    adapt.py) in turn, as the timed rounds call them: as many calls as its
+    first tries take (collectives/adapt.py: its first choice's first calls,
+    then FIRST_TRIES tries of BURST calls of every other offered algorithm)
+    and LEARN_EXTRA more; then on while, on any rank, more of its learning
+    is due within LEARN_HORIZON calls (a look back at the old choice after a
+    switch, a confirmation: ``Chooser.settling``), at most LEARN_MORE times
+    BURST calls.  Nothing where it does not adapt."""
+    from mpi4py import MPI
     from collectives import adapt
     comm = case.comm
     if not getattr(comm, "adaptive", False):
@@ -218,7 +228,15 @@ def learn(case: Case, fn: Call, mpicomm) -> None:
     others = len(comm.algorithms(case.name)) - 1
     mpicomm.Barrier()
     for _ in range(adapt.FIRST_RUNS + others * adapt.FIRST_TRIES * adapt.BURST + LEARN_EXTRA):
-        fn()
+        for fn in fns:
+            fn()
+    nbytes, chooser = case.choose_nbytes(), comm._choose
+    for _ in range(LEARN_MORE):
+        if not mpicomm.allreduce(chooser.settling(case.name, nbytes, LEARN_HORIZON), op=MPI.LOR):
+            break
+        for _ in range(adapt.BURST):
+            for fn in fns:
+                fn()
 
 
 def _twin_row(case: Case, timed: dict, s: Settings, best: list[float], clock: Clock,

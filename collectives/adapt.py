@@ -334,6 +334,21 @@ class Chooser:
                 return arm
         return None
 
+    def settling(self, call: str, nbytes: int, calls: int) -> bool:
+        """Whether adaptation of ``call`` at ``nbytes`` has more of its
+        learning within the next ``calls`` calls, for any form: a try under
+        way, a new choice's first calls, or a try due (a look back after a
+        switch, a confirmation).  What the benchmark waits out before it
+        times a default (bench/runner.py, ``learn``)."""
+        cls = self.classes.get((call, int(nbytes).bit_length()))
+        if not self.adapt or cls is None:
+            return False
+        for arm in cls.arms.values():
+            if arm.burst is not None or arm.fresh < FIRST_RUNS or (
+                    arm.due and min(arm.due.values()) <= cls.count + calls):
+                return True
+        return False
+
     @staticmethod
     def forms(kind: str, in_place: bool) -> int:
         """The form code of a call on ``kind`` arrays, ``in_place`` or not."""
