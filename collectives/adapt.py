@@ -359,7 +359,7 @@ class Chooser:
         """Run ``call``'s default on ``ep`` (in the communicator's order, on
         every rank alike) for ``kind`` arrays, ``in_place`` or not; returns
         the algorithm's name."""
-        form = _KIND[kind] + (len(_KIND) if in_place else 0)
+        form = self.forms(kind, in_place)
         if self.adapt and call not in self._still:
             arm = self.quick(call, nbytes, form)
             if arm is not None:

@@ -56,7 +56,7 @@ def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     hier: ``Endpoint.steps``)."""
     n, m, r = ep.size, x.size, ep.rank
     tmp = np.empty_like(out)
-    if not ep.steps(bruck_plan(r, n), x, tmp, None, None, m):
+    if not plans.compiled(ep, bruck_plan(r, n), x, tmp, None, m):
         # round 1 sends x itself and copies it into tmp (while its messages move)
         _ring.first_step(ep, x, (r - 1) % n, tmp[m:2 * m], (r + 1) % n, tmp[:m])
         k = 2

@@ -24,7 +24,7 @@ import numpy as np
 
 from transports import Endpoint, schedule
 
-from . import kernels
+from . import plans
 from . import ring as _ring
 from . import streaming
 from .algorithm import Algorithm, Family
@@ -177,9 +177,7 @@ def recursive_doubling(ep: Endpoint, src: np.ndarray, buf: np.ndarray, op) -> No
     """log2(p2) rounds of whole-vector exchange with partner rank ^ mask:
     in one compiled call where the transport has one (mpi, hier: its
     messages and the kernel's reductions, ``Endpoint.steps``), else here."""
-    name = getattr(op, "name", None)
-    if name is not None and ep.steps(doubling_plan(ep.rank, ep.size), src, buf,
-                                     kernels.fused(name, buf.dtype), op):
+    if plans.compiled(ep, doubling_plan(ep.rank, ep.size), src, buf, op):
         return
     _start(src, buf)
     f = Fold(ep.rank, ep.size)

@@ -13,7 +13,7 @@ from transports.base import UNCHECKED, Endpoint, broken_error
 from transports.errors import describe
 
 from . import arguments as args
-from . import callkey, debug, kernels, objects, prefix, regions, runtime, selection, variable
+from . import callkey, debug, objects, plans, prefix, regions, runtime, selection, variable
 from . import validate as v
 from .debug import CollectiveMismatch
 from . import tuning as tuning_file
@@ -421,9 +421,8 @@ class Communicator(HostsInfo):
         ep.begin(seq, key, call)
         t.set_arrived(seq, key)
         try:
-            uf = args[2] if len(args) > 2 else None
-            red = None if uf is None else kernels.fused(uf.name, buf.dtype)
-            if self._msgs.steps(plan, src, buf, red, uf, unit):
+            if plans.compiled(self._msgs, plan, src, buf, args[2] if len(args) > 2 else None,
+                              unit):
                 if take is not None:
                     np.copyto(*take)
                 if avg:

@@ -8,6 +8,18 @@ import numpy as np
 
 from transports import Endpoint, schedule
 
+from . import kernels
+
+
+def compiled(ep: Endpoint, plan: schedule.Plan, src: np.ndarray, buf: np.ndarray, op,
+             unit: int = 0) -> bool:
+    """``plan`` in one compiled call where ``ep`` has one (``Endpoint.steps``),
+    its reductions by the kernel of ``op`` (a ``Reducer``; None for a plan
+    without reductions); False where it has not: nothing has moved."""
+    name = getattr(op, "name", None)
+    red = None if name is None else kernels.fused(name, buf.dtype)
+    return ep.steps(plan, src, buf, red, op, unit)
+
 
 def run(ep: Endpoint, plan: schedule.Plan, src: np.ndarray, buf: np.ndarray, op, unit: int) -> None:
     """``plan`` on ``buf`` (flat), its copy steps from ``src``, offsets and
@@ -15,7 +27,7 @@ def run(ep: Endpoint, plan: schedule.Plan, src: np.ndarray, buf: np.ndarray, op,
     compiled call where the endpoint has one, else here.  A reducing step
     reduces after both its messages are done, as the compiled one does, so
     that a send from the part it reduces into has left first."""
-    if ep.steps(plan, src, buf, _reducer(op, buf.dtype), op, unit):
+    if compiled(ep, plan, src, buf, op, unit):
         return
     e = unit or buf.size
     tmp = None
@@ -41,12 +53,3 @@ def run(ep: Endpoint, plan: schedule.Plan, src: np.ndarray, buf: np.ndarray, op,
                 ep.recv(got, fro)
             op(at, got, out=at)
 
-
-def _reducer(op, dtype):
-    """The compiled kernel that reduces for ``op`` (kernels.fused): None for
-    a plan without reductions (``op`` None) or without a kernel."""
-    if op is None:
-        return None
-    from . import kernels
-    name = getattr(op, "name", None)
-    return None if name is None else kernels.fused(name, dtype)

@@ -20,7 +20,7 @@ import numpy as np
 from transports import Endpoint, schedule
 
 from . import all_reduce as _all_reduce
-from . import kernels
+from . import plans
 from . import ring as _ring
 from .algorithm import Algorithm, Family
 from .halving import halving
@@ -78,18 +78,16 @@ def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     transport has one (mpi, hier: ``Endpoint.steps``).
     """
     n, m, r = ep.size, out.size, ep.rank
-    name = getattr(op, "name", None)
-    if name is not None:
-        acc = np.empty_like(x)
-        if ep.steps(halving_plan(r, n), x, acc, kernels.fused(name, x.dtype), op, m):
-            np.copyto(out, acc[r * m:(r + 1) * m])
-            return
+    acc = np.empty_like(x)
+    if plans.compiled(ep, halving_plan(r, n), x, acc, op, m):
+        np.copyto(out, acc[r * m:(r + 1) * m])
+        return
     f = Fold(r, n)
     if f.extra:
         ep.send(x, r + 1)
         ep.recv(out, r + 1)
         return
-    acc = x.copy()
+    np.copyto(acc, x)
     if f.helper:
         ep.recv_reduce(acc, r - 1, op)
 

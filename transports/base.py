@@ -94,7 +94,6 @@ class Endpoint:
     # and exchange so that a receiver tells a mismatched call from its own;
     # UNCHECKED while the ranks compare debug mode's signatures
     call_bytes: int = 0
-    what = "collective"  # the call in progress, named in stall reports and errors
     # the largest contribution exchange() moves through shared memory in one
     # copy (0: exchange() is point-to-point messages)
     xchg_bytes: int = 0
