@@ -38,7 +38,9 @@ _BRUCK: dict = {}  # (rank, size) -> bruck's rounds as compiled steps (bruck_pla
 
 def bruck_plan(rank: int, size: int) -> schedule.Plan:
     """Bruck's rounds at ``rank`` of ``size`` as the transports' compiled
-    steps take them (``Endpoint.steps``), in blocks of the output."""
+    steps take them (``Endpoint.steps``), in blocks of the output, on a
+    buffer whose block i ends as rank (rank + i)'s; then its blocks into
+    the output (out steps), turned to rank order."""
     plan = _BRUCK.get((rank, size))
     if plan is None:
         steps, k = [(schedule.COPY, rank, rank, 0, 0, 0, 1)], 1
@@ -46,6 +48,9 @@ def bruck_plan(rank: int, size: int) -> schedule.Plan:
             c = min(k, size - k)
             steps.append((schedule.SWAP, (rank - k) % size, (rank + k) % size, 0, c, k, c))
             k <<= 1
+        steps.append((schedule.OUT, rank, rank, rank, 0, 0, size - rank))
+        if rank:
+            steps.append((schedule.OUT, rank, rank, 0, 0, size - rank, rank))
         plan = _BRUCK[rank, size] = schedule.Plan(steps)
     return plan
 
@@ -56,14 +61,15 @@ def bruck(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     hier: ``Endpoint.steps``)."""
     n, m, r = ep.size, x.size, ep.rank
     tmp = np.empty_like(out)
-    if not plans.compiled(ep, bruck_plan(r, n), x, tmp, None, m):
-        # round 1 sends x itself and copies it into tmp (while its messages move)
-        _ring.first_step(ep, x, (r - 1) % n, tmp[m:2 * m], (r + 1) % n, tmp[:m])
-        k = 2
-        while k < n:
-            c = min(k, n - k)
-            ep.sendrecv(tmp[:c * m], (r - k) % n, tmp[k * m:(k + c) * m], (r + k) % n)
-            k <<= 1
+    if plans.compiled(ep, bruck_plan(r, n), x, tmp, None, m, out):
+        return
+    # round 1 sends x itself and copies it into tmp (while its messages move)
+    _ring.first_step(ep, x, (r - 1) % n, tmp[m:2 * m], (r + 1) % n, tmp[:m])
+    k = 2
+    while k < n:
+        c = min(k, n - k)
+        ep.sendrecv(tmp[:c * m], (r - k) % n, tmp[k * m:(k + c) * m], (r + k) % n)
+        k <<= 1
     # tmp block i holds rank (r + i)'s data
     np.copyto(out[r * m:], tmp[:(n - r) * m])
     np.copyto(out[:r * m], tmp[(n - r) * m:])

@@ -13,7 +13,7 @@ from transports.base import UNCHECKED, Endpoint, broken_error
 from transports.errors import describe
 
 from . import arguments as args
-from . import callkey, debug, objects, plans, prefix, regions, runtime, selection, variable
+from . import callkey, debug, kernels, objects, prefix, regions, runtime, selection, variable
 from . import validate as v
 from .debug import CollectiveMismatch
 from . import tuning as tuning_file
@@ -26,7 +26,7 @@ from .topology import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
-from .small import Quick, SmallAllReduce, SmallByMessages, plain_out
+from .small import Lane, Quick, SmallAllReduce, SmallByMessages, plain_out
 from .arrays import adopt, empty
 from .callkey import BYTES_AT
 from .traffic import Traffic
@@ -138,7 +138,7 @@ class Communicator(HostsInfo):
         # too (_quick) where messages move; (op, dtype) -> reduce_scatter's
         # (ufunc, avg, ieee, call key's fields), for the pairs it has checked
         self._lanes = bool(self._small) and not self._shared
-        self._scatter_ok: dict = {}
+        self._fast: dict = {}  # (call, op, dtype, shape) -> small.Lane
         self._forms = (Chooser.forms("plain", False), Chooser.forms("plain", True))
         self._lows: dict = {}  # (call, dtype, op, root) -> its call key's fields
         self._seq = 0
@@ -364,54 +364,72 @@ class Communicator(HostsInfo):
             self._t.notify(at, f"rank {self.rank} detected an error in {where}: {what}",
                            skip=_lost(e))
 
-    def _quick(self, call: str, nbytes: int, key: int, ieee: bool, args: tuple, result,
-               avg: bool = False, lane=None):
-        """A small call where messages move, its arrays checked as the
-        general path would accept them and not in place: the current choice
-        (adapt.py, ``Chooser.quick``) run on flat ``args``, then ``result``;
-        through ``_lane`` where ``lane(choice, args)`` gives that choice's
-        plan (plan, src, buf, unit, take).  None where adaptation has more
-        to do on this call (a try, an agreement: nothing counted, and the
-        general path runs it)."""
-        arm = self._quick_ok and self._choose.quick(call, nbytes, self._forms[False])
+    def _lane_of(self, call: str, op, x: np.ndarray, oshape: tuple, o) -> None:
+        """Note a small all_gather or reduce_scatter (``op`` as given, ``o``
+        resolved; None for all_gather) that the general path has accepted
+        on ``x``, for ``_small_call``: where messages move, on a numpy
+        array of up to ``_small`` bytes."""
+        if not (self._lanes and type(x) is np.ndarray and 0 < x.nbytes <= self._small) \
+                or (call, op, x.dtype, x.shape) in self._fast:
+            return
+        if len(self._fast) > 4096:
+            self._fast.clear()
+        uf = None if o is None else REDUCERS[o]
+        self._fast[call, op, x.dtype, x.shape] = Lane(
+            call, x.nbytes, callkey.key(x.nbytes, callkey.low(call, x.dtype, o)), is_inexact(x.dtype),
+            o is Op.AVG, uf, None if uf is None else kernels.fused(uf.name, x.dtype), oshape,
+            x.size // self.size if o is not None else x.size, x.dtype)
+
+    def _small_call(self, ln: Lane, x: np.ndarray, out):
+        """A small all_gather or reduce_scatter on arrays like those the
+        general path accepted (``ln``), out of place: the current choice
+        (adapt.py, ``Chooser.quick``), as one compiled call where it is a
+        plan (``_way``); None where the arrays or the moment call for the
+        general path (adaptation has more to do: nothing counted)."""
+        if not x.flags.c_contiguous or self._exec.pending or self._closed:
+            return None
+        if out is None:
+            out = np.empty(ln.oshape, x.dtype)
+        elif not plain_out(x, out, ln.oshape):
+            return None
+        arm = self._quick_ok and self._choose.quick(ln.call, ln.nbytes, self._forms[False])
         if not arm:
             return None
-        planned = lane(arm.run, args)
-        if planned is not None:
-            return self._lane(call, key, ieee, args, result, avg, arm.run, *planned)
-        self._seq += 1
-        return self._execute(call, self._seq, Quick(arm.run, args, result, avg), ieee, key=key)
+        way = ln.ways.get(arm.run)
+        if way is None:
+            way = ln.ways[arm.run] = self._way(ln, arm.run)
+        args = (x, out) if ln.uf is None else (x, out, ln.uf)
+        if not way:
+            return self._planned(ln.call, ln.key, ln.ieee, ln.avg, arm.run, args, out)
+        plan, scratch = way
+        if scratch is None:
+            return self._planned(ln.call, ln.key, ln.ieee, ln.avg, arm.run, args, out, plan, x, out,
+                                 ln.red, ln.unit)
+        return self._planned(ln.call, ln.key, ln.ieee, ln.avg, arm.run, args, out, plan, x,
+                             scratch, ln.red, ln.unit, out)
 
-    def _gather_lane(self, run, args: tuple):
-        """``_quick``'s plan for a small all_gather's choice ``run`` on
-        ``args`` (x, out flat): recursive doubling's; else None."""
-        if run is not _all_gather.recursive_doubling:
-            return None
-        x, of = args
-        return _all_gather.doubling_plan(self.rank, self.size), x, of, x.size, None
-
-    def _scatter_lane(self, run, args: tuple):
-        """The same for reduce_scatter: recursive halving's, or recursive
-        doubling's all-reduce of the whole (then this rank's block)."""
-        x, of = args[0], args[1]
-        m, r = of.size, self.rank
-        if run is _reduce_scatter.recursive_halving:
-            plan, unit = _reduce_scatter.halving_plan(r, self.size), m
-        elif run is _reduce_scatter.recursive_doubling:
-            plan, unit = self._plan, 0
+    def _way(self, ln: Lane, run):
+        """``run``'s plan for ``ln`` and its scratch buffer (None: the plan
+        fills the result), or False where ``run`` is not written as a plan."""
+        r, n = self.rank, self.size
+        if ln.uf is None:
+            if run is _all_gather.recursive_doubling:
+                return _all_gather.doubling_plan(r, n), None
+            plan = run is _all_gather.bruck and _all_gather.bruck_plan(r, n)
+        elif run is _reduce_scatter.recursive_halving:
+            plan = _reduce_scatter.halving_plan(r, n)
         else:
-            return None
-        acc = np.empty(x.size, x.dtype)
-        return plan, x, acc, unit, (of, acc[r * m:(r + 1) * m])
+            plan = run is _reduce_scatter.recursive_doubling and _reduce_scatter.doubling_plan(r, n)
+        return plan and (plan, np.empty(ln.unit * n, ln.dtype))  # block i of the whole
 
-    def _lane(self, call: str, key: int, ieee: bool, args: tuple, result, avg: bool, run,
-              plan, src: np.ndarray, buf: np.ndarray, unit: int, take=None):
-        """A small call whose algorithm (``run`` on ``args``) is written as a
-        plan (plans.py: recursive doubling, recursive halving): the plan on
-        ``buf`` from ``src`` in one compiled call where the transport has
-        one (``Endpoint.steps``), with ``_execute``'s bookkeeping and none
-        of the layers around the algorithm; then ``take`` (dst, part of
-        buf) copied, the average's division, ``result``."""
+    def _planned(self, call: str, key: int, ieee: bool, avg: bool, run, args: tuple, result,
+                 plan=None, src=None, buf=None, red=None, unit: int = 0, dst=None):
+        """A small call of the current choice ``run`` on ``args`` (arrays
+        contiguous) with ``_execute``'s bookkeeping and none of the layers
+        around the algorithm: ``plan`` (plans.py) from ``src`` on ``buf``
+        into ``dst``, reduced by the kernel ``red``, in one compiled call
+        where the transport has one (``Endpoint.steps``); else ``run``.
+        Then the average's division (``avg``), ``result``."""
         self._seq += 1
         seq = self._seq
         if self._broken is not None:
@@ -420,11 +438,11 @@ class Communicator(HostsInfo):
         ep = t.coll
         ep.begin(seq, key, call)
         t.set_arrived(seq, key)
+        if red is not None and not kernels.compiled():  # kernels.use("numpy") since
+            red = None
         try:
-            if plans.compiled(self._msgs, plan, src, buf, args[2] if len(args) > 2 else None,
-                              unit):
-                if take is not None:
-                    np.copyto(*take)
+            if plan is not None and self._msgs.steps(plan, src, buf, red,
+                                                     args[2] if len(args) > 2 else None, unit, dst):
                 if avg:
                     divide(args[1], self.size)
             else:
@@ -510,28 +528,20 @@ class Communicator(HostsInfo):
                    algorithm: str | None = None, async_op: bool = False):
         """``out[i]`` = rank i's ``x`` on every rank (shape (size, *x.shape))."""
         c = "all_gather"
-        if self._lanes and type(x) is np.ndarray and 0 < x.nbytes <= self._small \
-                and algorithm is None and not async_op and not self._exec.pending:
-            # a small message where messages move, on arrays of a dtype
-            # checked before: the current choice without the general path's
-            # checks and scheduling (_quick)
-            low = self._lows.get((c, x.dtype, None, None))
-            if low is not None and x.flags.c_contiguous and not self._closed:
-                shape = (self.size, *x.shape)
-                if out is None:
-                    out = np.empty(shape, x.dtype)
-                elif not plain_out(x, out, shape):
-                    low = None
-                if low is not None:
-                    ran = self._quick(c, x.nbytes, low | x.nbytes << BYTES_AT, False,
-                                      (x.reshape(-1), out.reshape(-1)), out,
-                                      lane=self._gather_lane)
-                    if ran is not None:
-                        return ran
+        if self._lanes and type(x) is np.ndarray and algorithm is None and not async_op:
+            # a small message where messages move, on arrays like those the
+            # general path accepted: the current choice without its checks
+            # and scheduling (_small_call)
+            ln = self._fast.get((c, None, x.dtype, x.shape))
+            if ln is not None:
+                ran = self._small_call(ln, x, out)
+                if ran is not None:
+                    return ran
         self._open(c)
         x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
         out = args.rows(c, x, out, *self._where)  # x may be out[rank] (in place)
+        self._lane_of(c, None, x, out.shape, None)
         name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         return self._move(c, alg, (x.reshape(-1), out.reshape(-1)), out, async_op,
                           (x.size, x.dtype, None, None, name), x)
@@ -540,33 +550,21 @@ class Communicator(HostsInfo):
                        algorithm: str | None = None, async_op: bool = False):
         """Block ``rank`` of the reduction of every rank's ``x`` (shape (size, *s)) -> shape s."""
         c = "reduce_scatter"
-        if self._lanes and type(x) is np.ndarray and 0 < x.nbytes <= self._small \
-                and algorithm is None and not async_op and isinstance(op, str) \
-                and not self._exec.pending:
-            # as all_gather's (_quick)
-            ok = self._scatter_ok.get((op, x.dtype))
-            if ok is not None and x.flags.c_contiguous and not self._closed \
-                    and x.ndim and x.shape[0] == self.size:
-                if out is None:
-                    out = np.empty(x.shape[1:], x.dtype)
-                elif not plain_out(x, out, x.shape[1:]):
-                    ok = None
-                if ok is not None:
-                    uf, avg, ieee, low = ok
-                    ran = self._quick(c, x.nbytes, low | x.nbytes << BYTES_AT, ieee,
-                                      (x.reshape(-1), out.reshape(-1), uf), out, avg,
-                                      lane=self._scatter_lane)
-                    if ran is not None:
-                        return ran
+        if self._lanes and type(x) is np.ndarray and algorithm is None and not async_op \
+                and type(op) is str:
+            ln = self._fast.get((c, op, x.dtype, x.shape))  # as all_gather's
+            if ln is not None:
+                ran = self._small_call(ln, x, out)
+                if ran is not None:
+                    return ran
         self._open(c)
         x, out = adopt(x), adopt(out)
         v.array(c, "x", x, device=self._device)
         v.leading_size(c, x, self.size)
         o = resolve(op, x.dtype)
         out = args.reduce_scatter_out(x, out, *self._where)  # out may be x[rank] (in place)
-        if self._lanes and isinstance(x, np.ndarray):
-            self._scatter_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype),
-                                             callkey.low(c, x.dtype, o))
+        if type(op) is str:
+            self._lane_of(c, op, x, out.shape, o)
         name, alg = self._pick(c, algorithm, x.nbytes, x, out)
         xf, of, uf = x.reshape(-1), out.reshape(-1), REDUCERS[o]
 
@@ -608,7 +606,7 @@ class Communicator(HostsInfo):
                     out is None or plain_out(x, out)):
                 if out is None:
                     out = np.empty(x.shape, x.dtype)
-                uf, avg, ieee, low = ok
+                uf, avg, ieee, low, red = ok
                 key = low | x.nbytes << BYTES_AT  # callkey.key
                 if self._shared:
                     body = SmallAllReduce(x, out, uf, avg)
@@ -617,8 +615,8 @@ class Communicator(HostsInfo):
                     arm = self._quick_ok and self._choose.quick(c, x.nbytes,
                                                                 self._forms[x is out])
                     if arm and arm.run is recursive_doubling:
-                        return self._lane(c, key, ieee, (x.reshape(-1), out.reshape(-1), uf),
-                                          out, avg, recursive_doubling, self._plan, x, out, 0)
+                        return self._planned(c, key, ieee, avg, recursive_doubling, (x, out, uf),
+                                             out, self._plan, x, out, red)
                     body = SmallByMessages(x, out, uf, avg, self._choose, self._agree,
                                            arm.run if arm else None)
                 self._seq += 1
@@ -630,8 +628,9 @@ class Communicator(HostsInfo):
         out, in_place = args.result(c, x, out, x.shape, "the shape of x", self._device)
         nb = x.nbytes
         if self._small and isinstance(x, np.ndarray):
-            self._small_ok[op, x.dtype] = (REDUCERS[o], o is Op.AVG, is_inexact(x.dtype),
-                                           callkey.low(c, x.dtype, o))
+            uf = REDUCERS[o]
+            self._small_ok[op, x.dtype] = (uf, o is Op.AVG, is_inexact(x.dtype),
+                                           callkey.low(c, x.dtype, o), kernels.fused(uf.name, x.dtype))
         name, alg = self._pick(c, algorithm, nb, x, out)
         of, uf = out.reshape(-1), REDUCERS[o]
         xf = of if in_place else x.reshape(-1)  # the algorithm sees in place as x is out

@@ -65,6 +65,7 @@ def halving_plan(rank: int, size: int) -> schedule.Plan:
                 mask >>= 1
             if f.helper:
                 steps.append((schedule.SEND, r - 1, r - 1, r - 1, 1, 0, 0))
+        steps.append((schedule.OUT, r, r, 0, 0, r, 1))
         plan = _HALVING[rank, size] = schedule.Plan(steps)
     return plan
 
@@ -79,8 +80,7 @@ def recursive_halving(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:
     """
     n, m, r = ep.size, out.size, ep.rank
     acc = np.empty_like(x)
-    if plans.compiled(ep, halving_plan(r, n), x, acc, op, m):
-        np.copyto(out, acc[r * m:(r + 1) * m])
+    if plans.compiled(ep, halving_plan(r, n), x, acc, op, m, out):
         return
     f = Fold(r, n)
     if f.extra:
@@ -107,9 +107,28 @@ def recursive_doubling(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None
     consecutive ranks joined by a network, the first is the one on shared
     memory (hosts.md, "Small messages")."""
     acc = np.empty_like(x)
-    _all_reduce.recursive_doubling(ep, x, acc, op)
     m, r = out.size, ep.rank
+    if plans.compiled(ep, doubling_plan(r, ep.size), x, acc, op, m, out):
+        return
+    _all_reduce.recursive_doubling(ep, x, acc, op)
     np.copyto(out, acc[r * m:(r + 1) * m])
+
+
+_DOUBLING: dict = {}  # (rank, size) -> recursive_doubling as compiled steps
+
+
+def doubling_plan(rank: int, size: int) -> schedule.Plan:
+    """recursive_doubling's steps at ``rank`` of ``size``, in blocks:
+    all_reduce's (``all_reduce.doubling_plan``) on the whole of x, then this
+    rank's block out."""
+    plan = _DOUBLING.get((rank, size))
+    if plan is None:
+        whole = _all_reduce.doubling_plan(rank, size).steps
+        steps = [(k, to, fro, so * size, sl * size, ro * size, rl * size)
+                 for k, to, fro, so, sl, ro, rl in whole]
+        steps.append((schedule.OUT, rank, rank, 0, 0, rank, 1))
+        plan = _DOUBLING[rank, size] = schedule.Plan(steps)
+    return plan
 
 
 def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray, op) -> None:

@@ -30,14 +30,17 @@ def plain_out(x: np.ndarray, out, shape=None) -> bool:
             or out.dtype != x.dtype:
         return False
     f = out.flags
+    # two arrays that own their memory are apart (np.may_share_memory costs more)
     return f.c_contiguous and f.writeable and (
-        (out is x and shape is None) or not np.may_share_memory(x, out))
+        (out is x and shape is None) or (out is not x and out.base is None and x.base is None)
+        or not np.may_share_memory(x, out))
 
 
 class Quick:
     """The body of a small call that takes the current choice (``run``,
-    adapt.py's ``Chooser.quick``) on flat ``args``, then returns ``result``;
-    ``avg``: the average's division of the last flat array but the op."""
+    adapt.py's ``Chooser.quick``) on ``args`` (its arrays contiguous: the
+    algorithm sees them flat), then returns ``result``; ``avg``: the
+    average's division of the last array but the op."""
 
     __slots__ = ("run", "args", "result", "avg")
 
@@ -45,10 +48,30 @@ class Quick:
         self.run, self.args, self.result, self.avg = run, args, result, avg
 
     def __call__(self, ep):
-        self.run(ep, *self.args)
+        self.run(ep, *[a.reshape(-1) if type(a) is np.ndarray else a for a in self.args])
         if self.avg:
             divide(self.args[-2], ep.size)
         return self.result
+
+
+class Lane:
+    """A small all_gather or reduce_scatter of one (op, dtype, shape) that
+    the general path has accepted, where messages move: what the
+    Communicator's shortest way for it needs (``Communicator._small_call``).
+    ``key``: its call key; ``ieee``: a float dtype; ``avg``: the average's
+    division after; ``uf``, ``red``: the op and its kernel (None for
+    all_gather); ``oshape``: the result's shape; ``unit``: elements a block;
+    ``dtype``: x's; ``ways``: an algorithm -> its plan and scratch buffer
+    (None: the plan fills the result itself), or False where it is not a
+    plan."""
+
+    __slots__ = ("call", "nbytes", "key", "ieee", "avg", "uf", "red", "oshape", "unit", "dtype",
+                 "ways")
+
+    def __init__(self, call, nbytes, key, ieee, avg, uf, red, oshape, unit, dtype):
+        self.call, self.nbytes, self.key, self.ieee, self.avg = call, nbytes, key, ieee, avg
+        self.uf, self.red, self.oshape, self.unit, self.dtype = uf, red, oshape, unit, dtype
+        self.ways: dict = {}
 
 
 class SmallByMessages:

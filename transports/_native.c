@@ -449,18 +449,20 @@ static PyObject *mpi_swap(PyObject *self, PyObject *const *args, Py_ssize_t narg
  * tmp, then reduce; receive into buf; send and receive into buf; copy src
  * into buf */
 enum { STEP_SWAP_REDUCE = 0, STEP_SEND = 1, STEP_RECV_REDUCE = 2, STEP_RECV = 3, STEP_SWAP = 4,
-       STEP_COPY = 5 };
+       STEP_COPY = 5, STEP_OUT = 6 };
 enum { STEP_WORDS = 7 }; /* kind, to, from, send offset, length, receive offset, length */
 
 /* mpi_steps(reducer, steps, src, buf, tmp, start, tag, comm, polls,
- * elsewhere, bounded, unit): a schedule of send-receives with one peer
+ * elsewhere, bounded, unit, dst): a schedule of send-receives with one peer
  * each way, run from step ``start``: ``steps`` holds int32 words (kind,
  * the rank sent to, the rank received from, send offset, send length,
  * receive offset, receive length), offsets and lengths in units of
  * ``unit`` bytes of buf.  A reducing step reduces
  * what came into tmp into buf at the receive offset: buf = op(buf, tmp).
  * A copy step copies src's first bytes to the receive offset (none where
- * src is that part of buf itself).
+ * src is that part of buf itself).  An out step copies the receive length
+ * from buf at the receive offset into dst (None where no step is one) at the
+ * send offset.
  * The reductions are the reducer's (transports/native_api.h), with the
  * GIL held; every step's messages as mpi_swap's, a send bounded where
  * ``bounded`` and elsewhere[to] (a byte per rank) is set.  None: every
@@ -468,9 +470,10 @@ enum { STEP_WORDS = 7 }; /* kind, to, from, send offset, length, receive offset,
  * not finish whole (mpi_swap's tuple), the ones before it did. */
 static PyObject *mpi_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 12) {
+    if (nargs != 13) {
         PyErr_SetString(PyExc_TypeError, "mpi_steps(reducer, steps, src, buf, tmp, start, tag, "
-                                         "comm, polls, elsewhere, bounded, unit) takes 12 arguments");
+                                         "comm, polls, elsewhere, bounded, unit, dst) takes 13 "
+                                         "arguments");
         return NULL;
     }
     if (!mpi_bound())
@@ -484,15 +487,16 @@ static PyObject *mpi_steps(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int bounded = PyObject_IsTrue(args[10]);
     if (PyErr_Occurred() || bounded < 0)
         return NULL;
-    Py_buffer bufs[5]; /* steps, src, buf, tmp, elsewhere */
-    static const int flags[5] = {PyBUF_SIMPLE, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_WRITABLE,
-                                 PyBUF_SIMPLE};
-    static const int which[5] = {1, 2, 3, 4, 9};
-    int got_bufs = 0;
+    Py_buffer bufs[6]; /* steps, src, buf, tmp, elsewhere, dst */
+    static const int flags[6] = {PyBUF_SIMPLE, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_WRITABLE,
+                                 PyBUF_SIMPLE, PyBUF_WRITABLE};
+    static const int which[6] = {1, 2, 3, 4, 9, 12};
+    int got_bufs = 0, nbufs = args[12] == Py_None ? 5 : 6;
     PyObject *result = NULL;
-    for (; got_bufs < 5; got_bufs++)
+    for (; got_bufs < nbufs; got_bufs++)
         if (PyObject_GetBuffer(args[which[got_bufs]], &bufs[got_bufs], flags[got_bufs]) < 0)
             goto done;
+    Py_ssize_t dlen = nbufs == 6 ? bufs[5].len : -1; /* -1: no dst */
     const int32_t *steps = (const int32_t *)bufs[0].buf;
     Py_ssize_t nsteps = bufs[0].len / (Py_ssize_t)(STEP_WORDS * sizeof(int32_t));
     char *buf = bufs[2].buf, *tmp = bufs[3].buf;
@@ -507,13 +511,15 @@ static PyObject *mpi_steps(PyObject *self, PyObject *const *args, Py_ssize_t nar
         const int32_t *w = steps + STEP_WORDS * k;
         int kind = w[0], reduces = kind == STEP_SWAP_REDUCE || kind == STEP_RECV_REDUCE;
         long long so = w[3], sl = w[4], ro = w[5], rl = w[6];
-        if (kind < STEP_SWAP_REDUCE || kind > STEP_COPY || w[1] < 0 || w[1] >= ranks ||
+        if (kind < STEP_SWAP_REDUCE || kind > STEP_OUT || w[1] < 0 || w[1] >= ranks ||
             w[2] < 0 || w[2] >= ranks ||
-            so < 0 || sl < 0 || ro < 0 || rl < 0 || (so + sl) * unit > n || (ro + rl) * unit > n ||
+            so < 0 || sl < 0 || ro < 0 || rl < 0 || (ro + rl) * unit > n ||
+            (kind != STEP_OUT && (so + sl) * unit > n) ||
             sl * unit > INT_MAX || rl * unit > INT_MAX || (reduces && (!red || rl * unit > bufs[3].len)) ||
-            (kind == STEP_COPY && rl * unit > bufs[1].len)) {
+            (kind == STEP_COPY && rl * unit > bufs[1].len) ||
+            (kind == STEP_OUT && (so + rl) * unit > dlen)) {
             PyErr_SetString(PyExc_ValueError, "mpi_steps: a step of another kind or rank, out of "
-                                              "src, buf or tmp, of 2 GiB or more, or a "
+                                              "src, buf, tmp or dst, of 2 GiB or more, or a "
                                               "reduction without a reducer");
             goto done;
         }
@@ -524,6 +530,10 @@ static PyObject *mpi_steps(PyObject *self, PyObject *const *args, Py_ssize_t nar
         if (kind == STEP_COPY) {
             if (buf + w[5] * unit != bufs[1].buf)
                 memmove(buf + w[5] * unit, bufs[1].buf, (size_t)(w[6] * unit));
+            continue;
+        }
+        if (kind == STEP_OUT) {
+            memmove((char *)bufs[5].buf + w[3] * unit, buf + w[5] * unit, (size_t)(w[6] * unit));
             continue;
         }
         int sends = kind == STEP_SWAP_REDUCE || kind == STEP_SEND || kind == STEP_SWAP;
@@ -588,7 +598,7 @@ static PyMethodDef methods[] = {
      "receive through MPI, polled here; None when both are done"},
     {"mpi_steps", (PyCFunction)(void (*)(void))mpi_steps, METH_FASTCALL,
      "mpi_steps(reducer, steps, src, buf, tmp, start, tag, comm, polls, elsewhere, bounded, "
-     "unit): "
+     "unit, dst): "
      "a schedule of send-receives and reductions through MPI; None when every step is done"},
 #endif
     {NULL, NULL, 0, NULL},

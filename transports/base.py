@@ -227,9 +227,9 @@ class Endpoint:
         self.tag, self.call_bytes, self.what = tag, call_bytes, what
 
     def steps(self, plan, src: np.ndarray, buf: np.ndarray, reducer, op: Reducer,
-              unit: int = 0) -> bool:
-        """Run a schedule of send-receives and reductions (``schedule.Plan``)
-        in one compiled call where the transport has one (mpi:
+              unit: int = 0, dst: np.ndarray | None = None) -> bool:
+        """Run a schedule of send-receives, reductions and copies
+        (``schedule.Plan``) in one compiled call where the transport has one (mpi:
         ``MpiEndpoint.steps``); False here: the caller runs it in Python."""
         return False
 

@@ -123,8 +123,8 @@ class HierEndpoint(Endpoint):
         self.flat.sendrecv_reduce(sbuf, dst, acc, src, op)
 
     def steps(self, plan, src: np.ndarray, buf: np.ndarray, reducer, op: Reducer,
-              unit: int = 0) -> bool:
-        return self.flat.steps(plan, src, buf, reducer, op, unit)
+              unit: int = 0, dst: np.ndarray | None = None) -> bool:
+        return self.flat.steps(plan, src, buf, reducer, op, unit, dst)
 
 
 class HierTransport(Transport):

@@ -552,10 +552,10 @@ class MpiEndpoint(Endpoint):
         return reqs
 
     def steps(self, plan, src: np.ndarray, buf: np.ndarray, reducer, op: Reducer,
-              unit: int = 0) -> bool:
+              unit: int = 0, dst: np.ndarray | None = None) -> bool:
         """Run ``plan`` (``schedule.Plan``) on ``buf`` in one compiled call
         (``mpi_steps``, transports/_native.c), whose copy steps take
-        ``src``, a plan's unit being ``unit`` elements of ``buf`` (0: the
+        ``src`` and whose out steps fill ``dst``, a plan's unit being ``unit`` elements of ``buf`` (0: the
         whole buffer), its reductions by
         ``reducer`` (a kernel's capsule, transports/native_api.h; ``op`` is
         the same in Python).  A late peer's step goes on to ``waitall`` as
@@ -576,7 +576,7 @@ class MpiEndpoint(Endpoint):
         try:
             with t.lock:
                 res = run(reducer, plan.packed, src, buf, tmp, 0, tag, self.handle, _POLLS,
-                          t.elsewhere_bytes, bounded, ub)
+                          t.elsewhere_bytes, bounded, ub, dst)
         except (BufferError, ValueError):  # not C-contiguous, read-only, 2 GiB: nothing moved
             if not small:
                 self.give_back(tmp)
@@ -591,7 +591,7 @@ class MpiEndpoint(Endpoint):
             self.recv_bytes += got * ub
             self.inter_recv_bytes += inter_got * ub
         else:
-            self._late_steps(run, plan, res, src, buf, tmp, reducer, op, tag, bounded, ub)
+            self._late_steps(run, plan, res, src, buf, tmp, reducer, op, tag, bounded, ub, dst)
         if not small:
             self.give_back(tmp)
         return True
@@ -605,7 +605,8 @@ class MpiEndpoint(Endpoint):
         return (sum(u for _, u in sends), sum(u for p, u in sends if remote[p]),
                 sum(u for _, u in recvs), sum(u for p, u in recvs if remote[p]))
 
-    def _late_steps(self, run, plan, res, src, buf, tmp, reducer, op, tag, bounded, ub) -> None:
+    def _late_steps(self, run, plan, res, src, buf, tmp, reducer, op, tag, bounded, ub,
+                    dst) -> None:
         """Go on with ``steps`` after the compiled call stopped at a step
         (``res``): count the steps done, finish that one through ``waitall``
         (a late peer, a refused send, a failure, a wrong size), and call
@@ -635,7 +636,7 @@ class MpiEndpoint(Endpoint):
             start = end + 1
             with t.lock:
                 res = run(reducer, plan.packed, src, buf, tmp, start, tag, self.handle, _POLLS,
-                          t.elsewhere_bytes, bounded, ub)
+                          t.elsewhere_bytes, bounded, ub, dst)
 
     def count_sent(self, peer: int, nbytes: int) -> None:
         """Count a completed send to ``peer`` (and to another host, where it is)."""

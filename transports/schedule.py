@@ -9,8 +9,9 @@ import numpy as np
 
 # the kinds of step (transports/_native.c has the same numbers): send-receive then
 # reduce; send; receive then reduce; receive (into the buffer itself);
-# send-receive (into the buffer itself); copy of the source into the buffer
-SWAP_REDUCE, SEND, RECV_REDUCE, RECV, SWAP, COPY = 0, 1, 2, 3, 4, 5
+# send-receive (into the buffer itself); copy of the source into the buffer;
+# copy of a part of the buffer into the destination, at the send offset
+SWAP_REDUCE, SEND, RECV_REDUCE, RECV, SWAP, COPY, OUT = 0, 1, 2, 3, 4, 5, 6
 SENDS = (SWAP_REDUCE, SEND, SWAP)
 RECEIVES = (SWAP_REDUCE, RECV_REDUCE, RECV, SWAP)
 REDUCES = (SWAP_REDUCE, RECV_REDUCE)
