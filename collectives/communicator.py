@@ -26,7 +26,7 @@ from .topology import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
-from .small import Lane, Quick, SmallAllReduce, SmallByMessages, plain_out
+from .small import Chosen, Lane, Quick, SmallAllReduce, SmallByMessages, plain_out
 from .arrays import adopt, empty
 from .callkey import BYTES_AT
 from .traffic import Traffic
@@ -384,21 +384,27 @@ class Communicator(HostsInfo):
         """A small all_gather or reduce_scatter on arrays like those the
         general path accepted (``ln``), out of place: the current choice
         (adapt.py, ``Chooser.quick``), as one compiled call where it is a
-        plan (``_way``); None where the arrays or the moment call for the
-        general path (adaptation has more to do: nothing counted)."""
+        plan (``_way``); where adaptation has more to do (a try, a timed
+        call, an agreement), its own way (``small.Chosen``).  None where the
+        arrays call for the general path, or adaptation is off."""
         if not x.flags.c_contiguous or self._exec.pending or self._closed:
             return None
         if out is None:
             out = np.empty(ln.oshape, x.dtype)
         elif not plain_out(x, out, ln.oshape):
             return None
-        arm = self._quick_ok and self._choose.quick(ln.call, ln.nbytes, self._forms[False])
-        if not arm:
+        if not self._quick_ok:
             return None
+        arm = self._choose.quick(ln.call, ln.nbytes, self._forms[False])
+        args = (x, out) if ln.uf is None else (x, out, ln.uf)
+        if arm is None:  # a try, a timed call: as the general path's, without its layers
+            self._seq += 1
+            return self._execute(ln.call, self._seq,
+                                 Chosen(ln.call, self._choose, self._agree, args, out, ln.avg),
+                                 ln.ieee, key=ln.key)
         way = ln.ways.get(arm.run)
         if way is None:
             way = ln.ways[arm.run] = self._way(ln, arm.run)
-        args = (x, out) if ln.uf is None else (x, out, ln.uf)
         if not way:
             return self._planned(ln.call, ln.key, ln.ieee, ln.avg, arm.run, args, out)
         plan, scratch = way
