@@ -20,6 +20,7 @@ subclass of the endpoint knows (EXTERNAL; the hook is described at
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import threading
 from typing import Callable, Iterable
@@ -142,13 +143,14 @@ class ShmEndpoint(Endpoint):
         try:
             _cma.write(self.liveness.pids[peer], addr, as_bytes(src))
         except OSError as e:
-            raise self._cma_error(peer, f"writing into rank {peer}'s memory failed: {e}") \
+            raise self._cma_error(peer, f"writing into rank {peer}'s memory failed: {e}", e) \
                 from None
 
-    def _cma_error(self, peer: int, failed: str) -> CollectiveError:
-        """What a failed read of ``peer``'s memory or write into it raises:
-        PeerFailure where the peer has died, else ``failed``."""
-        if self.liveness.dead([peer]):
+    def _cma_error(self, peer: int, failed: str, e: OSError) -> CollectiveError:
+        """What a failed read of ``peer``'s memory or write into it (``e``)
+        raises: PeerFailure where the peer has died (ESRCH: its memory is
+        gone, though it may not be reaped yet), else ``failed``."""
+        if e.errno == errno.ESRCH or self.liveness.dead([peer]):
             return PeerFailure(f"rank(s) [{peer}] died during {self.what}", ranks=[peer])
         return CollectiveError(failed, ranks=[peer])
 
@@ -327,7 +329,7 @@ class ShmEndpoint(Endpoint):
         try:
             cur.read_remote(pid, addr, self.scratch)
         except OSError as e:
-            raise self._cma_error(peer, f"reading rank {peer}'s message failed: {e}") from None
+            raise self._cma_error(peer, f"reading rank {peer}'s message failed: {e}", e) from None
 
     def _match(self, peer: int, tag: int, total: int, kind: int = EAGER, key: int = 0):
         posted = self.posted[peer]
