@@ -161,6 +161,18 @@ MUTANTS: list[Mutant] = [
            ("tests/test_mpi_swap.py::test_compiled_sendrecv_matches_python_on_mpi[4]",),
            why="a compiled schedule counts only the receives it reduces: all-gather's "
                "bytes go missing"),
+    Mutant("bruck_out_half", "collectives", "collectives/all_gather.py",
+           "        if rank:\n            steps.append((schedule.OUT",
+           "        if False:\n            steps.append((schedule.OUT",
+           ("tests/test_mpi_swap.py::test_compiled_sendrecv_matches_python_on_mpi[3]",),
+           why="Bruck's compiled plan leaves the blocks of the ranks before this one out of "
+               "the result"),
+    Mutant("halving_out_block", "collectives", "collectives/reduce_scatter.py",
+           "        steps.append((schedule.OUT, r, r, 0, 0, r, 1))\n        plan = _HALVING",
+           "        steps.append((schedule.OUT, r, r, 0, 0, 0, 1))\n        plan = _HALVING",
+           ("tests/test_mpi_swap.py::test_compiled_sendrecv_matches_python_on_mpi[3]",),
+           why="recursive halving's compiled plan hands out block 0 of its buffer, not this "
+               "rank's"),
     Mutant("lane_avg_undivided", "collectives", "collectives/communicator.py",
            "                if avg:\n                    divide(args[1], self.size)",
            "                pass",
