@@ -26,7 +26,7 @@ from .topology import HostsInfo
 from .dtypes import is_inexact
 from .ops import REDUCERS, Op, divide, quietly, resolve
 from .p2p import PointToPoint
-from .small import Chosen, Lane, Quick, SmallAllReduce, SmallByMessages, plain_out
+from .small import Lane, Quick, SmallAllReduce, SmallByMessages, plain_out
 from .arrays import adopt, empty
 from .callkey import BYTES_AT
 from .traffic import Traffic
@@ -128,17 +128,17 @@ class Communicator(HostsInfo):
         # all_reduce has checked
         self._small_ok: dict = {}
         # where messages move (mpi, hier): the endpoint of the small calls'
-        # compiled steps (_lane; hier's flat part, whose ranks are the
+        # compiled steps (_planned; hier's flat part, whose ranks are the
         # communicator's), all_reduce's recursive doubling plan there, and
         # whether the defaults are adaptation's current choices (Chooser.quick)
         self._msgs = transport.coll.flat if caps.hier else transport.coll
         self._plan = doubling_plan(self.rank, self.size)
         self._quick_ok = self._choose.adapt
         # all_gather and reduce_scatter of up to _small bytes take such a way
-        # too (_quick) where messages move; (op, dtype) -> reduce_scatter's
-        # (ufunc, avg, ieee, call key's fields), for the pairs it has checked
+        # too where messages move (_small_call), for the (call, op, dtype,
+        # shape) the general path has accepted: -> small.Lane
         self._lanes = bool(self._small) and not self._shared
-        self._fast: dict = {}  # (call, op, dtype, shape) -> small.Lane
+        self._fast: dict = {}
         self._forms = (Chooser.forms("plain", False), Chooser.forms("plain", True))
         self._lows: dict = {}  # (call, dtype, op, root) -> its call key's fields
         self._seq = 0
@@ -385,8 +385,8 @@ class Communicator(HostsInfo):
         general path accepted (``ln``), out of place: the current choice
         (adapt.py, ``Chooser.quick``), as one compiled call where it is a
         plan (``_way``); where adaptation has more to do (a try, a timed
-        call, an agreement), its own way (``small.Chosen``).  None where the
-        arrays call for the general path, or adaptation is off."""
+        call, an agreement), ``Chooser.run``.  None where the arrays call for
+        the general path, or adaptation is off."""
         if not x.flags.c_contiguous or self._exec.pending or self._closed:
             return None
         if out is None:
@@ -397,22 +397,22 @@ class Communicator(HostsInfo):
             return None
         arm = self._choose.quick(ln.call, ln.nbytes, self._forms[False])
         args = (x, out) if ln.uf is None else (x, out, ln.uf)
-        if arm is None:  # a try, a timed call: as the general path's, without its layers
+        if arm is None:
+            # a try, a timed call, an agreement: adaptation's own way
+            # (Chooser.run), as the general path's, without its layers, so
+            # that tries are timed as the calls around them run
+            choose, agree, call, nbytes = self._choose, self._agree, ln.call, ln.nbytes
             self._seq += 1
-            return self._execute(ln.call, self._seq,
-                                 Chosen(ln.call, self._choose, self._agree, args, out, ln.avg),
-                                 ln.ieee, key=ln.key)
+            return self._execute(call, self._seq, Quick(
+                lambda ep, *a: choose.run(call, nbytes, "plain", False, ep, a, agree),
+                args, out, ln.avg), ln.ieee, key=ln.key)
         way = ln.ways.get(arm.run)
         if way is None:
             way = ln.ways[arm.run] = self._way(ln, arm.run)
-        if not way:
-            return self._planned(ln.call, ln.key, ln.ieee, ln.avg, arm.run, args, out)
-        plan, scratch = way
-        if scratch is None:
-            return self._planned(ln.call, ln.key, ln.ieee, ln.avg, arm.run, args, out, plan, x, out,
-                                 ln.red, ln.unit)
+        plan, scratch = way or (None, None)
         return self._planned(ln.call, ln.key, ln.ieee, ln.avg, arm.run, args, out, plan, x,
-                             scratch, ln.red, ln.unit, out)
+                             out if scratch is None else scratch, ln.red, ln.unit,
+                             None if scratch is None else out)
 
     def _way(self, ln: Lane, run):
         """``run``'s plan for ``ln`` and its scratch buffer (None: the plan

@@ -54,27 +54,6 @@ class Quick:
         return self.result
 
 
-class Chosen:
-    """The body of a small call on ``args`` (as ``Quick``'s) that adaptation
-    has more to do on (a try, a timed call, an agreement): the default as
-    the general path runs it (adapt.py's ``Chooser.run``: ``choose``;
-    ``agree``, its all-reduce), without that path's checks and scheduling,
-    so that tries are timed as the calls around them run."""
-
-    __slots__ = ("call", "choose", "agree", "args", "result", "avg")
-
-    def __init__(self, call: str, choose, agree, args: tuple, result, avg: bool = False):
-        self.call, self.choose, self.agree = call, choose, agree
-        self.args, self.result, self.avg = args, result, avg
-
-    def __call__(self, ep):
-        flat = tuple(a.reshape(-1) if type(a) is np.ndarray else a for a in self.args)
-        self.choose.run(self.call, flat[0].nbytes, "plain", False, ep, flat, self.agree)
-        if self.avg:
-            divide(self.args[-2], ep.size)
-        return self.result
-
-
 class Lane:
     """A small all_gather or reduce_scatter of one (op, dtype, shape) that
     the general path has accepted, where messages move: what the
