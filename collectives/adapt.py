@@ -28,17 +28,20 @@ cost and moves to another algorithm when that one is clearly faster:
   ``AGREE_SHARE`` of the calls' time; a slow one rarely, so that trying
   costs about ``BUDGET`` of the time; at most ``MAX_INTERVAL`` calls apart),
   so that a machine whose speed changes is followed.  Only the tries and
-  the ``WATCH`` calls before each are timed; the others just run.
+  the ``WATCH`` calls before each are timed; the others just run.  A call
+  that runs compiled (a small one's plan, Communicator._small_call) is
+  tried compiled too.
 - After each try the ranks agree on the facts: one small all-reduce (max)
   of the timed calls' clock readings and of the array kinds.  Each run of
   calls of one algorithm (the current one's calls before a try, a try's
-  timed calls; an untimed call between two ends a run) gives one figure:
-  where every rank reads one clock (one
-  machine), the mean of the time from one call's last rank's end (or,
+  timed calls; an untimed call between two ends a run) gives one figure,
+  its fastest call (what other processes cost a call only adds to it):
+  where every rank reads one clock (one kernel: transports/hosts.py,
+  ``Hosts.one_clock``), the time from one call's last rank's end (or,
   where later, the next call's last rank's start) to the next call's last
   rank's end, which counts what ranks that run ahead into the next call
-  cost the others, and not a pause between calls; else the mean of the
-  longest rank's own times.  Every
+  cost the others, and not a pause between calls; else the longest
+  rank's own time.  Every
   rank then decides from the same numbers, so every rank switches at the
   same call, whatever its own clock said; no call runs different
   algorithms on different ranks.
@@ -52,6 +55,7 @@ The all-reduces that agree are bookkeeping: they are not counted in
 """
 from __future__ import annotations
 
+import array
 import collections
 import os
 import statistics
@@ -86,6 +90,7 @@ AGREE_KIND_EVERY = 64  # calls between agreements on the kind, adaptation off, a
 _KIND = {k: i for i, k in enumerate(selection.KINDS)}
 _FORMS = 2 * len(_KIND)  # form codes: the kind's index, + len(KINDS) in place
 _NONE = (_FORMS, -1)      # (lowest, highest) form code before any call
+_PLAIN = _KIND["plain"]   # the form code of plain arrays out of place
 
 
 def flag(name: str, default: bool) -> bool:
@@ -223,10 +228,14 @@ class _Arm:
 class _Class:
     """One (collective, size class): its calls so far, the form the ranks
     last agreed on (the array kind, and whether in place), the calls since
-    that agreement, and an arm per form."""
+    that agreement, and an arm per form.  ``cells``: words that a compiled
+    small call reads (transports/_native.c, ``mpi_lane``): the count, the
+    count below which calls of plain arrays out of place run the current
+    algorithm untimed (0: none do), and that algorithm's identity
+    (``id(run)``)."""
 
     def __init__(self):
-        self.count = 0
+        self.cells = array.array("q", [0, 0, 0])
         self.form: Optional[int] = None  # the form the ranks last agreed on
         # (adaptation off: the array kind's index in selection.KINDS)
         self.lo, self.hi = _NONE   # this rank's form codes since the last agreement
@@ -241,11 +250,41 @@ class _Class:
         self.last_agree_s = 0.0  # this rank's time in the last agreement
         self.agree_s = 0.0       # the longest rank's, as last agreed
 
+    @property
+    def count(self) -> int:
+        return self.cells[0]
+
+    @count.setter
+    def count(self, n: int) -> None:
+        self.cells[0] = n
+
+    def sync(self, keeping: bool) -> None:
+        """Set ``cells`` from the current arm (none while ``keeping`` a
+        history of each call's algorithm)."""
+        arm, c = self.arm, self.cells
+        if arm is not None and not keeping and self.lo <= _PLAIN <= self.hi:
+            c[1], c[2] = arm.watch_at, id(arm.run)
+        else:
+            c[1] = 0
+
     def note(self, form: int) -> None:
         if form < self.lo:
             self.lo = form
         if form > self.hi:
             self.hi = form
+
+
+class _Compiled:
+    """``family.run``, by ``compiled(name, args)`` where that runs it (Chooser.run)."""
+
+    __slots__ = ("family", "compiled")
+
+    def __init__(self, family, compiled):
+        self.family, self.compiled = family, compiled
+
+    def run(self, name: str, ep, *args) -> None:
+        if not self.compiled(name, args):
+            self.family.run(name, ep, *args)
 
 
 class Chooser:
@@ -274,8 +313,25 @@ class Chooser:
         self.classes: dict[tuple[str, int], _Class] = {}
         self._bases: dict = {}
         self._matters: dict = {}
-        # (call, algorithm) of each call, appended as it starts, where kept (a list)
-        self.history: Optional[list] = None
+        self._history: Optional[list] = None
+
+    @property
+    def history(self) -> Optional[list]:
+        """(call, algorithm) of each call, appended as it starts, where kept (a list)."""
+        return self._history
+
+    @history.setter
+    def history(self, h: Optional[list]) -> None:
+        self._history = h
+        for cls in self.classes.values():  # compiled calls keep none: they stop
+            if self.adapt:
+                cls.sync(h is not None)
+            elif h is not None:
+                cls.cells[1] = 0
+
+    def cells(self, call: str, nbytes: int):
+        """The ``cells`` of ``call``'s size class of ``nbytes`` (``_Class``)."""
+        return self._class(call, nbytes).cells
 
     # -- static choices -----------------------------------------------------
     def base(self, call: str, nbytes: int, kind: str = "plain") -> Choice:
@@ -326,9 +382,10 @@ class Chooser:
         cls = self.classes.get((call, int(nbytes).bit_length()))  # size_class
         if cls is not None and cls.lo <= form <= cls.hi:
             arm = cls.arm
-            count = cls.count
+            c = cls.cells
+            count = c[0]
             if arm is not None and count < arm.watch_at:
-                cls.count = count + 1
+                c[0] = count + 1
                 if self.history is not None:
                     self.history.append((call, arm.name))
                 return arm
@@ -355,17 +412,24 @@ class Chooser:
         return _KIND[kind] + (len(_KIND) if in_place else 0)
 
     def run(self, call: str, nbytes: int, kind: str, in_place: bool, ep, args: tuple,
-            agree: Callable[[object, np.ndarray], None]) -> str:
+            agree: Callable[[object, np.ndarray], None], compiled=None) -> str:
         """Run ``call``'s default on ``ep`` (in the communicator's order, on
         every rank alike) for ``kind`` arrays, ``in_place`` or not; returns
-        the algorithm's name."""
+        the algorithm's name.  ``compiled(name, args)``: runs an algorithm
+        as the calls around this one run it (a small call's compiled plan,
+        Communicator._small_call) and says whether it did, so that a try
+        times what the untimed calls would run; else its ``run``."""
         form = self.forms(kind, in_place)
+        family = FAMILIES[call]
         if self.adapt and call not in self._still:
             arm = self.quick(call, nbytes, form)
-            if arm is not None:
-                arm.run(ep, *args)  # adaptation is on with 2 ranks or more
+            if arm is not None:  # adaptation is on with 2 ranks or more
+                if compiled is None or not compiled(arm.name, args):
+                    arm.run(ep, *args)
                 return arm.name
-        elif not self.adapt:
+        if compiled is not None:
+            family = _Compiled(family, compiled)
+        if not self.adapt:
             # adaptation off: a choice made before, while the agreed kind holds
             k = _KIND[kind]
             hit = self._settled.get((call, nbytes, k))
@@ -377,16 +441,25 @@ class Chooser:
                         cls.count += 1
                     if self.history is not None:
                         self.history.append((call, name))
-                    FAMILIES[call].run(name, ep, *args)
+                    family.run(name, ep, *args)
                     return name
-        family = FAMILIES[call]
         if not self.adapt or call in self._still:
             name = self._fixed(call, nbytes, _KIND[kind], ep, agree)
             if self.history is not None:
                 self.history.append((call, name))
+            if not self.adapt:
+                self._sync_settled(call, nbytes, _KIND[kind], name)
             family.run(name, ep, *args)
             return name
         cls = self._class(call, nbytes)
+        try:
+            return self._adapting(cls, call, nbytes, form, family, ep, args, agree)
+        finally:
+            cls.sync(self._history is not None)
+
+    def _adapting(self, cls: _Class, call: str, nbytes: int, form: int, family, ep,
+                  args: tuple, agree) -> str:
+        """``run``'s calls while adaptation is on."""
         cls.note(form)
         if cls.form is None:
             self._agree(cls, ep, agree)
@@ -394,7 +467,7 @@ class Chooser:
         if arm is None:
             first = self.base(call, nbytes, selection.KINDS[cls.form % len(_KIND)])
             others = [a for a in self.offered[call] if a != first]
-            arm = cls.arm = cls.arms[cls.form] = _Arm(first, others, cls.count, family)
+            arm = cls.arm = cls.arms[cls.form] = _Arm(first, others, cls.count, FAMILIES[call])
         count = cls.count
         cls.count = count + 1
         if count < arm.watch_at:  # far from the next try: run, untimed
@@ -425,6 +498,41 @@ class Chooser:
         if cls is None:
             cls = self.classes[key] = _Class()
         return cls
+
+    def steady(self, call: str, nbytes: int):
+        """Adaptation off: the algorithm (an Algorithm) that a call of plain
+        arrays out of place runs while the choice made before holds,
+        counted as run (as ``run`` counts it); else None."""
+        hit = self._settled.get((call, nbytes, _PLAIN))
+        if hit is None:
+            return None
+        cls, agreed, name = hit
+        if cls is not None:
+            if not (cls.form == agreed and cls.count < cls.next_agree
+                    and cls.lo <= _PLAIN <= cls.hi):
+                return None
+            cls.count += 1
+        if self.history is not None:
+            self.history.append((call, name))
+        return FAMILIES[call][name]
+
+    def _sync_settled(self, call: str, nbytes: int, k: int, name: str) -> None:
+        """Adaptation off: the ``cells`` of ``call``'s size class after a
+        call of kind ``k`` chose ``name``: compiled calls of plain arrays
+        run it until the next agreement on the kind (where one is due)."""
+        hit = self._settled.get((call, nbytes, k))
+        cls = self._class(call, nbytes)
+        c = cls.cells
+        if hit is None or k != _PLAIN or self._history is not None:
+            c[1] = 0
+            return
+        if hit[0] is None:  # the kind does not matter: no agreement is due
+            c[1] = 1 << 62
+        elif cls.form == hit[1] and cls.lo <= _PLAIN <= cls.hi:
+            c[1] = cls.next_agree
+        else:
+            c[1] = 0
+        c[2] = id(FAMILIES[call][name].run)
 
     def _fixed(self, call: str, nbytes: int, k: int, ep, agree) -> str:
         """Adaptation off: the base choice, for the array kind (``k``: its
@@ -476,12 +584,12 @@ class Chooser:
         """Share this rank's recent call times and kinds; every rank then
         holds the same times and the common form.  Each run of consecutive
         calls of one algorithm (the current one's calls before a try, a
-        try's timed calls) gives one figure, the mean over its timed calls:
-        with one clock, of the time from the last rank's end of the call
+        try's timed calls) gives one figure, the fastest of its timed calls:
+        with one clock, by the time from the last rank's end of the call
         before (a warm one's included) or, where later, the last rank's start
         of this one, to the last rank's end of this one (what the calls cost
         one after the other, ranks that run ahead included, a pause between
-        two calls not); else of the longest rank's times."""
+        two calls not); else by the longest rank's time."""
         recent = list(cls.recent)
         m = len(recent)
         if self.one_clock:
@@ -516,7 +624,7 @@ class Chooser:
                 else:
                     per.append(vec[3 + k])
             if per:
-                arm.times[name].append(sum(per) / len(per))
+                arm.times[name].append(min(per))
             i = j + 1
         cls.recent.clear()
         cls.lo, cls.hi = _NONE

@@ -1,6 +1,7 @@
 """The Communicator: checks arguments, picks an algorithm, runs it in order."""
 from __future__ import annotations
 
+import array
 import math
 import weakref
 from typing import Any, Callable
@@ -31,6 +32,8 @@ from .arrays import adopt, empty
 from .callkey import BYTES_AT
 from .traffic import Traffic
 from .work import Executor, Work
+from transports import _native
+_lane = getattr(_native, "mpi_lane", None)  # None where the compiled steps are not built
 
 
 def init(transport: str = "auto", timeout: float | None = None,
@@ -115,7 +118,7 @@ class Communicator(HostsInfo):
         where = selection.Where(self.size, self._shared, self._one_copy, caps.hier,
                                 hosts.equal, hosts.local_size)
         self._choose = Chooser(where, self._tables, fits, runtime.adapting(fits),
-                               one_clock=all(hosts.local))
+                               one_clock=hosts.one_clock)
         self._uncounted = Traffic()  # the agreements of adaptation (adapt.py)
         # id(array) -> (a weak reference to it, its kind): the kinds of the
         # arrays the default was last asked about (an array's kind is fixed
@@ -141,13 +144,24 @@ class Communicator(HostsInfo):
         self._fast: dict = {}
         self._forms = (Chooser.forms("plain", False), Chooser.forms("plain", True))
         self._lows: dict = {}  # (call, dtype, op, root) -> its call key's fields
-        self._seq = 0
+        # the sequence number of the last collective, and whether compiled
+        # small calls (small.Lane's ``c``) may run: not while calls are
+        # queued, after a failure, once closed (_small_call opens it)
+        self._seqs = array.array("q", [0, 0])
         self._where = (self.rank, self.size, self._device)  # what arguments.py checks against
         self._exec = Executor(f"{transport.name}-{self.rank}")
         self._broken: BaseException | None = None
         self._p2p = PointToPoint(transport.p2p, self.rank, self.size, self._device)
         self._closed = False
         runtime.track(self)
+
+    @property
+    def _seq(self) -> int:
+        return self._seqs[0]
+
+    @_seq.setter
+    def _seq(self, n: int) -> None:
+        self._seqs[0] = n
 
     # -- properties -----------------------------------------------------------
     @property
@@ -163,7 +177,13 @@ class Communicator(HostsInfo):
 
     @property
     def traffic(self) -> Traffic:
-        return Traffic.of(self._t) - self._uncounted
+        return self._counters() - self._uncounted
+
+    def _counters(self) -> Traffic:
+        """The transport's byte counters, the compiled small calls' included."""
+        if self._lanes:
+            self._msgs.flush_lanes()
+        return Traffic.of(self._t)
 
     def algorithms(self, name: str) -> list[str]:
         """The names that ``algorithm=`` accepts for collective ``name`` on this
@@ -259,10 +279,10 @@ class Communicator(HostsInfo):
     def _agree(self, ep, vec: np.ndarray) -> None:
         """The all-reduce (max, in place) by which adaptation's ranks agree
         (adapt.py), left out of the traffic counters."""
-        before = Traffic.of(self._t)
+        before = self._counters()
         alg = selection.choose("all_reduce", vec.nbytes, self.size, self._shared)
         FAMILIES["all_reduce"].run(alg, ep, vec, vec, REDUCERS[Op.MAX])
-        self._uncounted += Traffic.of(self._t) - before
+        self._uncounted += self._counters() - before
 
     def _on_device(self, a) -> bool:
         """Whether ``a`` (a checked array) is a CuPy array."""
@@ -295,6 +315,8 @@ class Communicator(HostsInfo):
             low = callkey.counted(low, counts)
         key = callkey.key(count * dtype.itemsize if dtype is not None else 0, low)
         rooted = call in _ROOTED
+        if async_op:  # the worker may be in MPI: no compiled small call meanwhile
+            self._seqs[1] = 0
         return self._exec.submit(lambda: self._execute(call, seq, body, ieee, mine, key, rooted),
                                  call, bool(async_op))
 
@@ -352,6 +374,7 @@ class Communicator(HostsInfo):
             e.call = e.call or call
             self._t.name_hosts(e)
         self._broken = e
+        self._seqs[1] = 0
         self._t.broken = True
         own = not getattr(e, "relayed", False)
         caps = self._t.caps
@@ -393,9 +416,10 @@ class Communicator(HostsInfo):
             out = np.empty(ln.oshape, x.dtype)
         elif not plain_out(x, out, ln.oshape):
             return None
-        if not self._quick_ok:
-            return None
-        arm = self._choose.quick(ln.call, ln.nbytes, self._forms[False])
+        # the current choice, counted as run: adaptation's (Chooser.quick),
+        # else the settled one (Chooser.steady)
+        arm = self._choose.quick(ln.call, ln.nbytes, self._forms[False]) if self._quick_ok \
+            else self._choose.steady(ln.call, ln.nbytes)
         args = (x, out) if ln.uf is None else (x, out, ln.uf)
         if arm is None:
             # a try, a timed call, an agreement: adaptation's own way
@@ -404,15 +428,115 @@ class Communicator(HostsInfo):
             choose, agree, call, nbytes = self._choose, self._agree, ln.call, ln.nbytes
             self._seq += 1
             return self._execute(call, self._seq, Quick(
-                lambda ep, *a: choose.run(call, nbytes, "plain", False, ep, a, agree),
+                lambda ep, *a: choose.run(call, nbytes, "plain", False, ep, a, agree,
+                                          lambda name, a: self._by_plan(ln, name, a)),
                 args, out, ln.avg), ln.ieee, key=ln.key)
         way = ln.ways.get(arm.run)
         if way is None:
             way = ln.ways[arm.run] = self._way(ln, arm.run)
         plan, scratch = way or (None, None)
+        if plan is not None and ln.run is not arm.run:
+            self._compile(ln, arm.run, plan, scratch)
+        if self._broken is None:
+            self._seqs[1] = 1
         return self._planned(ln.call, ln.key, ln.ieee, ln.avg, arm.run, args, out, plan, x,
                              out if scratch is None else scratch, ln.red, ln.unit,
                              None if scratch is None else out)
+
+    def _compile(self, ln: Lane, run, plan, scratch) -> None:
+        """Make ``run``'s plan ``ln``'s compiled call (``ln.c``): the next
+        calls like it are one C call (``_capsule``)."""
+        ln.run, ln.c = run, self._capsule(ln, run, plan, scratch)
+
+    def _capsule(self, ln: Lane, run, plan, scratch):
+        """``ln``'s compiled steps of algorithm ``run`` (transports/_native.c,
+        ``mpi_lane``: ``plan`` through ``scratch``, or in the output where
+        None), made once: None where the transport has none, the kernel
+        (if any) is not compiled, or the op is the average (a division after)."""
+        if run in ln.caps:
+            return ln.caps[run]
+        c = None
+        if _lane is not None and not ln.avg and (ln.uf is None or (
+                ln.red is not None and kernels.compiled())):
+            c = self._msgs.lane(plan, scratch, ln.red, ln.unit * ln.dtype.itemsize, ln.key,
+                                self._seqs, self._choose.cells(ln.call, ln.nbytes), id(run),
+                                self._t.arrival_board(), ln.nbytes, ln.dtype, ln.oshape)
+        ln.caps[run] = c
+        return c
+
+    def _lane_late(self, ln: Lane, x: np.ndarray, res: tuple):
+        """Go on with a compiled small call (``_compile``) that stopped at
+        an unfinished step: ``res`` is (out, seq, step, its state...)."""
+        out, seq = res[0], res[1]
+        self._t.coll.begin(seq, ln.key, ln.call)
+        try:
+            self._go_on(ln, ln.run, x, out, res[2:])
+            return out
+        except BaseException as e:
+            self._failed(e, ln.call, seq)
+            raise
+
+    def _go_on(self, ln: Lane, run, x, out, res: tuple) -> None:
+        """Finish ``run``'s compiled steps (``_capsule``) on ``x`` into ``out``
+        in Python from the step where they stopped (``res``: as
+        ``mpi_steps`` returns it)."""
+        plan, scratch = ln.ways[run]
+        self._msgs.late_lane(plan, res, x, out if scratch is None else scratch, ln.red, ln.uf,
+                             ln.unit * ln.dtype.itemsize, None if scratch is None else out)
+
+    def _doubling_lane(self, op: str, x: np.ndarray, key: int, ieee: bool, uf, red) -> None:
+        """Give a small all_reduce of ``op`` on arrays like ``x`` (out of
+        place) recursive doubling's compiled steps, as the small
+        all_gather's (``_compile``): the next such calls are one C call."""
+        k = ("all_reduce", op, x.dtype, x.shape)
+        ln = self._fast.get(k)
+        if ln is None:
+            if len(self._fast) > 4096:
+                self._fast.clear()
+            ln = self._fast[k] = Lane("all_reduce", x.nbytes, key, ieee, False, uf, red, x.shape,
+                                      x.size, x.dtype)
+            ln.ways[recursive_doubling] = (self._plan, None)
+        if ln.run is not recursive_doubling:
+            self._compile(ln, recursive_doubling, self._plan, None)
+        if self._broken is None:
+            self._seqs[1] = 1
+
+    def _doubling(self, red):
+        """The small all_reduce's ``compiled`` for Chooser.run: recursive
+        doubling as its plan, as ``_planned`` runs the current choice."""
+        if red is not None and not kernels.compiled():
+            red = None
+
+        def compiled(name: str, args: tuple) -> bool:
+            return name == "recursive_doubling" and red is not None and \
+                self._msgs.steps(self._plan, args[0], args[1], red, args[2])
+        return compiled
+
+    def _by_plan(self, ln: Lane, name: str, args: tuple) -> bool:
+        """Run algorithm ``name`` of ``ln``'s call on ``args`` (x and out,
+        flat; the ufunc) as the calls of the current choice run (a try of
+        adaptation's times that, not the algorithm's Python): its compiled
+        steps (``_capsule``) in the collective begun, else its plan through
+        ``Endpoint.steps``; False where it has no plan, or the transport no
+        such call: nothing has moved."""
+        run = FAMILIES[ln.call][name].run
+        way = ln.ways.get(run)
+        if way is None:
+            way = ln.ways[run] = self._way(ln, run)
+        if not way:
+            return False
+        x, out = args[0], args[1]
+        c = self._capsule(ln, run, *way)
+        if c is not None:
+            res = _lane(c, x, out, True)
+            if type(res) is tuple:
+                self._go_on(ln, run, x, out, res[2:])
+            if res is not None:
+                return True
+        plan, scratch = way
+        red = ln.red if kernels.compiled() else None
+        return self._msgs.steps(plan, x, out if scratch is None else scratch, red, ln.uf,
+                                ln.unit, None if scratch is None else out)
 
     def _way(self, ln: Lane, run):
         """``run``'s plan for ``ln`` and its scratch buffer (None: the plan
@@ -540,6 +664,10 @@ class Communicator(HostsInfo):
             # and scheduling (_small_call)
             ln = self._fast.get((c, None, x.dtype, x.shape))
             if ln is not None:
+                if ln.c is not None:  # one compiled call (_compile), or None: not now
+                    ran = _lane(ln.c, x, out)
+                    if ran is not None:
+                        return ran if type(ran) is not tuple else self._lane_late(ln, x, ran)
                 ran = self._small_call(ln, x, out)
                 if ran is not None:
                     return ran
@@ -560,6 +688,10 @@ class Communicator(HostsInfo):
                 and type(op) is str:
             ln = self._fast.get((c, op, x.dtype, x.shape))  # as all_gather's
             if ln is not None:
+                if ln.c is not None:
+                    ran = _lane(ln.c, x, out)
+                    if ran is not None:
+                        return ran if type(ran) is not tuple else self._lane_late(ln, x, ran)
                 ran = self._small_call(ln, x, out)
                 if ran is not None:
                     return ran
@@ -600,6 +732,13 @@ class Communicator(HostsInfo):
                    algorithm: str | None = None, async_op: bool = False):
         """The elementwise reduction of every rank's ``x``, on every rank."""
         c = "all_reduce"
+        if self._lanes and type(x) is np.ndarray and algorithm is None and not async_op \
+                and type(op) is str:
+            ln = self._fast.get((c, op, x.dtype, x.shape))  # _doubling_lane
+            if ln is not None and ln.c is not None:
+                ran = _lane(ln.c, x, out)
+                if ran is not None:
+                    return ran if type(ran) is not tuple else self._lane_late(ln, x, ran)
         if self._small and type(x) is np.ndarray and 0 < x.nbytes <= self._small \
                 and algorithm is None and not async_op and isinstance(op, str) \
                 and not self._exec.pending:
@@ -617,14 +756,18 @@ class Communicator(HostsInfo):
                 if self._shared:
                     body = SmallAllReduce(x, out, uf, avg)
                 else:
-                    # most calls run the current choice (adapt.py, Chooser.quick)
-                    arm = self._quick_ok and self._choose.quick(c, x.nbytes,
-                                                                self._forms[x is out])
+                    # most calls run the current choice (adapt.py, Chooser.quick;
+                    # the settled one, adaptation off)
+                    arm = self._choose.quick(c, x.nbytes, self._forms[x is out]) \
+                        if self._quick_ok else self._choose.steady(c, x.nbytes)
                     if arm and arm.run is recursive_doubling:
+                        if self._lanes and x is not out and not avg:
+                            self._doubling_lane(op, x, key, ieee, uf, red)
                         return self._planned(c, key, ieee, avg, recursive_doubling, (x, out, uf),
                                              out, self._plan, x, out, red)
                     body = SmallByMessages(x, out, uf, avg, self._choose, self._agree,
-                                           arm.run if arm else None)
+                                           arm.run if arm else None,
+                                           None if arm else self._doubling(red))
                 self._seq += 1
                 return self._execute(c, self._seq, body, ieee, key=key)
         self._open(c)
@@ -1092,6 +1235,10 @@ class Communicator(HostsInfo):
         if self._closed:
             return
         self._closed = True
+        self._seqs[1] = 0
+        if self._lanes:  # the lanes hold views of the transport's memory
+            self._msgs.flush_lanes()
+            self._fast.clear()
         runtime.untrack(self)
         try:
             self._exec.stop()

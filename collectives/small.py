@@ -63,15 +63,19 @@ class Lane:
     all_gather); ``oshape``: the result's shape; ``unit``: elements a block;
     ``dtype``: x's; ``ways``: an algorithm -> its plan and scratch buffer
     (None: the plan fills the result itself), or False where it is not a
-    plan."""
+    plan; ``caps``: an algorithm -> its compiled steps, or None
+    (``Communicator._capsule``); ``c``: those of ``run``, the algorithm
+    most calls run (``Communicator._compile``)."""
 
     __slots__ = ("call", "nbytes", "key", "ieee", "avg", "uf", "red", "oshape", "unit", "dtype",
-                 "ways")
+                 "ways", "caps", "c", "run")
 
     def __init__(self, call, nbytes, key, ieee, avg, uf, red, oshape, unit, dtype):
         self.call, self.nbytes, self.key, self.ieee, self.avg = call, nbytes, key, ieee, avg
         self.uf, self.red, self.oshape, self.unit, self.dtype = uf, red, oshape, unit, dtype
         self.ways: dict = {}
+        self.caps: dict = {}
+        self.c = self.run = None
 
 
 class SmallByMessages:
@@ -79,13 +83,15 @@ class SmallByMessages:
     (mpi, hier): the default's algorithm, chosen and adapted as on the
     general path (adapt.py's ``Chooser.run``: ``choose``; ``agree``, its
     all-reduce), without that path's checks and scheduling; ``run``: the
-    algorithm that ``Chooser.quick`` chose and counted for this call."""
+    algorithm that ``Chooser.quick`` chose and counted for this call;
+    ``compiled``: Chooser.run's, how the calls around run an algorithm."""
 
-    __slots__ = ("x", "out", "uf", "avg", "choose", "agree", "run")
+    __slots__ = ("x", "out", "uf", "avg", "choose", "agree", "run", "compiled")
 
-    def __init__(self, x: np.ndarray, out: np.ndarray, uf, avg: bool, choose, agree, run=None):
+    def __init__(self, x: np.ndarray, out: np.ndarray, uf, avg: bool, choose, agree, run=None,
+                 compiled=None):
         self.x, self.out, self.uf, self.avg = x, out, uf, avg
-        self.choose, self.agree, self.run = choose, agree, run
+        self.choose, self.agree, self.run, self.compiled = choose, agree, run, compiled
 
     def __call__(self, ep) -> np.ndarray:
         x, out = self.x, self.out
@@ -95,7 +101,7 @@ class SmallByMessages:
             self.run(ep, xf, of, self.uf)
         else:
             self.choose.run("all_reduce", of.nbytes, "plain", x is out, ep, (xf, of, self.uf),
-                            self.agree)
+                            self.agree, self.compiled)
         if self.avg:
             divide(of, ep.size)
         return out

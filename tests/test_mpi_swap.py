@@ -13,12 +13,10 @@ raises the error Python's path raises, in either call;
 ``COLLECTIVES_MPI_NATIVE=0`` turns them off."""
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from emulate import run_layout
-from launch import run_mpi
+from emulate import run_script
 from transports import _native
 
 pytestmark = pytest.mark.skipif(not hasattr(_native, "mpi_swap"),
@@ -154,12 +152,7 @@ comm.close()
 
 
 def _run(tmp_path, layout=None, n=4, transport="mpi", **env):
-    out = tmp_path / "out.json"
-    argv = ["-c", SCRIPT, str(out), transport]
-    p = (run_layout(layout, argv, timeout=600, **env) if layout
-         else run_mpi(n, argv, timeout=600, **env))
-    assert p.returncode == 0, p.stdout + p.stderr
-    return json.loads(out.read_text())
+    return run_script(tmp_path, SCRIPT, transport, layout, n, **env)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])

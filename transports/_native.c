@@ -452,6 +452,87 @@ enum { STEP_SWAP_REDUCE = 0, STEP_SEND = 1, STEP_RECV_REDUCE = 2, STEP_RECV = 3,
        STEP_COPY = 5, STEP_OUT = 6 };
 enum { STEP_WORDS = 7 }; /* kind, to, from, send offset, length, receive offset, length */
 
+/* a checked schedule and its buffers, as steps_go runs it */
+typedef struct {
+    const int32_t *steps;
+    Py_ssize_t nsteps, unit;
+    const char *src, *elsewhere;
+    char *buf, *tmp, *dst;
+    const collectives_reducer *red;
+    intptr_t comm;
+    long polls;
+    int bounded;
+} steps_args;
+
+/* whether steps start.. of a schedule fit buffers of these lengths (dlen
+ * -1: no dst), their ranks below ``ranks``; else -1, ValueError set */
+static int steps_check(const int32_t *steps, Py_ssize_t nsteps, Py_ssize_t start,
+                       Py_ssize_t unit, Py_ssize_t n, Py_ssize_t tmplen, Py_ssize_t srclen,
+                       Py_ssize_t dlen, Py_ssize_t ranks, const collectives_reducer *red)
+{
+    if (unit < 0 || start < 0 || start > nsteps || (red && unit % (Py_ssize_t)red->itemsize)) {
+        PyErr_SetString(PyExc_ValueError, "mpi_steps: start out of range or a unit of part "
+                                          "elements");
+        return -1;
+    }
+    for (Py_ssize_t k = start; k < nsteps; k++) {
+        const int32_t *w = steps + STEP_WORDS * k;
+        int kind = w[0], reduces = kind == STEP_SWAP_REDUCE || kind == STEP_RECV_REDUCE;
+        long long so = w[3], sl = w[4], ro = w[5], rl = w[6];
+        if (kind < STEP_SWAP_REDUCE || kind > STEP_OUT || w[1] < 0 || w[1] >= ranks ||
+            w[2] < 0 || w[2] >= ranks ||
+            so < 0 || sl < 0 || ro < 0 || rl < 0 || (ro + rl) * unit > n ||
+            (kind != STEP_OUT && (so + sl) * unit > n) ||
+            sl * unit > INT_MAX || rl * unit > INT_MAX || (reduces && (!red || rl * unit > tmplen)) ||
+            (kind == STEP_COPY && rl * unit > srclen) ||
+            (kind == STEP_OUT && (so + rl) * unit > dlen)) {
+            PyErr_SetString(PyExc_ValueError, "mpi_steps: a step of another kind or rank, out of "
+                                              "src, buf, tmp or dst, of 2 GiB or more, or a "
+                                              "reduction without a reducer");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* run steps start.. of a checked schedule: nsteps where every one is done,
+ * else the step that did not finish whole (``o`` says how) */
+static Py_ssize_t steps_go(const steps_args *a, Py_ssize_t start, int tag, swap_result *o)
+{
+    Py_ssize_t unit = a->unit;
+    char *buf = a->buf;
+    for (Py_ssize_t k = start; k < a->nsteps; k++) {
+        const int32_t *w = a->steps + STEP_WORDS * k;
+        int kind = w[0], to = w[1];
+        if (kind == STEP_COPY) {
+            if (buf + w[5] * unit != a->src)
+                memmove(buf + w[5] * unit, a->src, (size_t)(w[6] * unit));
+            continue;
+        }
+        if (kind == STEP_OUT) {
+            memmove(a->dst + w[3] * unit, buf + w[5] * unit, (size_t)(w[6] * unit));
+            continue;
+        }
+        int sends = kind == STEP_SWAP_REDUCE || kind == STEP_SEND || kind == STEP_SWAP;
+        int reduces = kind == STEP_SWAP_REDUCE || kind == STEP_RECV_REDUCE;
+        int source = kind == STEP_SEND ? -1 : w[2];
+        int rlen = (int)(w[6] * unit);
+        char *at = buf + w[5] * unit;
+        Py_BEGIN_ALLOW_THREADS
+        swap_run(buf + w[3] * unit, (int)(w[4] * unit), sends ? to : -1, reduces ? a->tmp : at,
+                 rlen, source, tag, a->comm, a->polls,
+                 sends && a->bounded && a->elsewhere[to], o);
+        Py_END_ALLOW_THREADS
+        if (!swap_whole(o, source, rlen))
+            return k;
+        if (reduces) {
+            const char *in[2] = {at, a->tmp};
+            a->red->reduce(a->red, at, in, 2, (size_t)rlen / a->red->itemsize);
+        }
+    }
+    return a->nsteps;
+}
+
 /* mpi_steps(reducer, steps, src, buf, tmp, start, tag, comm, polls,
  * elsewhere, bounded, unit, dst): a schedule of send-receives with one peer
  * each way, run from step ``start``: ``steps`` holds int32 words (kind,
@@ -496,65 +577,18 @@ static PyObject *mpi_steps(PyObject *self, PyObject *const *args, Py_ssize_t nar
     for (; got_bufs < nbufs; got_bufs++)
         if (PyObject_GetBuffer(args[which[got_bufs]], &bufs[got_bufs], flags[got_bufs]) < 0)
             goto done;
-    Py_ssize_t dlen = nbufs == 6 ? bufs[5].len : -1; /* -1: no dst */
-    const int32_t *steps = (const int32_t *)bufs[0].buf;
-    Py_ssize_t nsteps = bufs[0].len / (Py_ssize_t)(STEP_WORDS * sizeof(int32_t));
-    char *buf = bufs[2].buf, *tmp = bufs[3].buf;
-    const char *elsewhere = bufs[4].buf;
-    Py_ssize_t n = bufs[2].len, ranks = bufs[4].len;
-    if (unit < 0 || start < 0 || start > nsteps || (red && unit % (Py_ssize_t)red->itemsize)) {
-        PyErr_SetString(PyExc_ValueError, "mpi_steps: start out of range or a unit of part "
-                                          "elements");
+    steps_args a = {(const int32_t *)bufs[0].buf,
+                    bufs[0].len / (Py_ssize_t)(STEP_WORDS * sizeof(int32_t)), unit,
+                    bufs[1].buf, bufs[4].buf, bufs[2].buf, bufs[3].buf,
+                    nbufs == 6 ? bufs[5].buf : NULL, red, (intptr_t)comm, polls, bounded};
+    if (steps_check(a.steps, a.nsteps, start, unit, bufs[2].len, bufs[3].len, bufs[1].len,
+                    nbufs == 6 ? bufs[5].len : -1, bufs[4].len, red) < 0)
         goto done;
-    }
-    for (Py_ssize_t k = start; k < nsteps; k++) {
-        const int32_t *w = steps + STEP_WORDS * k;
-        int kind = w[0], reduces = kind == STEP_SWAP_REDUCE || kind == STEP_RECV_REDUCE;
-        long long so = w[3], sl = w[4], ro = w[5], rl = w[6];
-        if (kind < STEP_SWAP_REDUCE || kind > STEP_OUT || w[1] < 0 || w[1] >= ranks ||
-            w[2] < 0 || w[2] >= ranks ||
-            so < 0 || sl < 0 || ro < 0 || rl < 0 || (ro + rl) * unit > n ||
-            (kind != STEP_OUT && (so + sl) * unit > n) ||
-            sl * unit > INT_MAX || rl * unit > INT_MAX || (reduces && (!red || rl * unit > bufs[3].len)) ||
-            (kind == STEP_COPY && rl * unit > bufs[1].len) ||
-            (kind == STEP_OUT && (so + rl) * unit > dlen)) {
-            PyErr_SetString(PyExc_ValueError, "mpi_steps: a step of another kind or rank, out of "
-                                              "src, buf, tmp or dst, of 2 GiB or more, or a "
-                                              "reduction without a reducer");
-            goto done;
-        }
-    }
-    for (Py_ssize_t k = start; k < nsteps; k++) {
-        const int32_t *w = steps + STEP_WORDS * k;
-        int kind = w[0], to = w[1];
-        if (kind == STEP_COPY) {
-            if (buf + w[5] * unit != bufs[1].buf)
-                memmove(buf + w[5] * unit, bufs[1].buf, (size_t)(w[6] * unit));
-            continue;
-        }
-        if (kind == STEP_OUT) {
-            memmove((char *)bufs[5].buf + w[3] * unit, buf + w[5] * unit, (size_t)(w[6] * unit));
-            continue;
-        }
-        int sends = kind == STEP_SWAP_REDUCE || kind == STEP_SEND || kind == STEP_SWAP;
-        int reduces = kind == STEP_SWAP_REDUCE || kind == STEP_RECV_REDUCE;
-        int source = kind == STEP_SEND ? -1 : w[2];
-        int rlen = (int)(w[6] * unit);
-        char *at = buf + w[5] * unit;
-        swap_result o;
-        Py_BEGIN_ALLOW_THREADS
-        swap_run(buf + w[3] * unit, (int)(w[4] * unit), sends ? to : -1, reduces ? tmp : at,
-                 rlen, source, (int)tag, (intptr_t)comm, polls,
-                 sends && bounded && elsewhere[to], &o);
-        Py_END_ALLOW_THREADS
-        if (!swap_whole(&o, source, rlen)) {
-            result = swap_tuple(&o, k);
-            goto done;
-        }
-        if (reduces) {
-            const char *in[2] = {at, tmp};
-            red->reduce(red, at, in, 2, (size_t)rlen / red->itemsize);
-        }
+    swap_result o;
+    Py_ssize_t k = steps_go(&a, start, (int)tag, &o);
+    if (k < a.nsteps) {
+        result = swap_tuple(&o, k);
+        goto done;
     }
     result = Py_None;
     Py_INCREF(result);
@@ -562,6 +596,310 @@ done:
     while (got_bufs > 0)
         PyBuffer_Release(&bufs[--got_bufs]);
     return result;
+}
+
+/* A lane: one small call's compiled steps, ready to run again and again
+ * (collectives/communicator.py, Communicator._small_call; MpiEndpoint.lane
+ * in transports/mpi.py): the schedule, the scratch it works in, and the
+ * words of the communicator that each call reads and moves on, so that a
+ * call is one C call from Python:
+ *   seqs[0] the sequence number of the last collective, seqs[1] whether
+ *     lanes may run now (0 while calls are queued, after a failure, closed);
+ *   cells[0] the calls of the size class so far (adaptation's count),
+ *     cells[1] the count below which its calls run untimed, cells[2] the
+ *     identity of the algorithm they run (the lane's ``run``, else another);
+ *   board[a], board[k]: this rank's arrival word and call size where the
+ *     transport notes arrivals in memory (hier's hosts), else none (not
+ *     held: see lane_new);
+ *   counts[0..3] += each call's bytes (sent, to other hosts, received, from
+ *     them), which the endpoint adds to its counters when asked.
+ * Every 64th sequence number goes through Python (set_arrived's look at
+ * the peers' notices), as does a call that adaptation times. */
+enum { LANE_VIEWS = 8 };
+typedef struct {
+    steps_args a;
+    Py_buffer views[LANE_VIEWS];
+    int nviews, scratch, ndim;
+    int64_t *seqs, *cells, *counts;
+    volatile int64_t *arrived, *arrived_key;
+    int64_t run, key, keytag, per[4];
+    long seqmask;
+    Py_ssize_t xbytes, obytes, shape[8];
+    PyObject *dtype, *alloc, *reducer;
+} lane_t;
+
+#define LANE_CAPSULE "transports._native.lane"
+
+static void lane_free(PyObject *cap)
+{
+    lane_t *L = (lane_t *)PyCapsule_GetPointer(cap, LANE_CAPSULE);
+    if (!L)
+        return;
+    while (L->nviews > 0)
+        PyBuffer_Release(&L->views[--L->nviews]);
+    Py_XDECREF(L->dtype);
+    Py_XDECREF(L->alloc);
+    Py_XDECREF(L->reducer);
+    PyMem_Free(L);
+}
+
+/* a view held for the lane's life (its object cannot resize meanwhile) */
+static char *lane_view(lane_t *L, PyObject *obj, int flags, Py_ssize_t least)
+{
+    Py_buffer *v = &L->views[L->nviews];
+    if (PyObject_GetBuffer(obj, v, flags | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    L->nviews++;
+    if (v->len < least) {
+        PyErr_SetString(PyExc_ValueError, "lane_new: a buffer too short");
+        return NULL;
+    }
+    return v->buf;
+}
+
+/* lane_new(seqs, cells, counts, board, a, k, steps, scratch, tmp, reducer,
+ * comm, polls, elsewhere, bounded, unit, run, key, keytag, seqmask, xbytes,
+ * dtype, shape, alloc, per): a lane (above); ``board`` None where the
+ * transport has no arrival words, ``scratch`` None where the steps work in
+ * the output itself, ``reducer`` None where they do not reduce; ``shape``
+ * the output's, ``alloc()`` makes one; ``per`` the four byte counts of a
+ * call. */
+static PyObject *lane_new(PyObject *self, PyObject *args)
+{
+    PyObject *seqs, *cells, *counts, *board, *steps, *scratch, *tmp, *reducer, *elsewhere;
+    PyObject *dtype, *shape, *alloc;
+    Py_ssize_t a_at, k_at, unit, xbytes;
+    unsigned long long comm;
+    long polls, seqmask;
+    int bounded;
+    long long run, key, keytag, per[4];
+    if (!PyArg_ParseTuple(args, "OOOOnnOOOOKlOpnLLLlnOO!O(LLLL)", &seqs, &cells, &counts, &board,
+                          &a_at, &k_at, &steps, &scratch, &tmp, &reducer, &comm, &polls,
+                          &elsewhere, &bounded, &unit, &run, &key, &keytag, &seqmask, &xbytes,
+                          &dtype, &PyTuple_Type, &shape, &alloc, &per[0], &per[1], &per[2],
+                          &per[3]))
+        return NULL;
+    if (!mpi_bound())
+        return NULL;
+    Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+    if (ndim > 8 || unit <= 0 || xbytes <= 0 || a_at < 0 || k_at < 0) {
+        PyErr_SetString(PyExc_ValueError, "lane_new: a shape of over 8 dimensions, or a size "
+                                          "out of range");
+        return NULL;
+    }
+    const collectives_reducer *red = NULL;
+    if (reducer != Py_None && !(red = reducer_of(reducer)))
+        return NULL;
+    lane_t *L = (lane_t *)PyMem_Calloc(1, sizeof(lane_t));
+    if (!L)
+        return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(L, LANE_CAPSULE, lane_free);
+    if (!cap) {
+        PyMem_Free(L);
+        return NULL;
+    }
+    L->obytes = 1;
+    L->ndim = (int)ndim;
+    for (Py_ssize_t i = 0; i < ndim; i++) {
+        L->shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        L->obytes *= L->shape[i];
+    }
+    if (PyErr_Occurred())
+        goto fail;
+    L->dtype = dtype, L->alloc = alloc, L->reducer = reducer;
+    Py_INCREF(dtype), Py_INCREF(alloc), Py_INCREF(reducer);
+    {
+        PyObject *isz = PyObject_GetAttrString(dtype, "itemsize");
+        Py_ssize_t itemsize = isz ? PyLong_AsSsize_t(isz) : -1;
+        Py_XDECREF(isz);
+        if (itemsize <= 0)
+            goto fail;
+        L->obytes *= itemsize;
+    }
+    if (!(L->seqs = (int64_t *)lane_view(L, seqs, PyBUF_WRITABLE, 2 * 8)) ||
+        !(L->cells = (int64_t *)lane_view(L, cells, PyBUF_WRITABLE, 3 * 8)) ||
+        !(L->counts = (int64_t *)lane_view(L, counts, PyBUF_WRITABLE, 4 * 8)))
+        goto fail;
+    if (board != Py_None) {
+        /* not held: the transport unmaps it at close, after which the
+         * communicator keeps seqs[1] at 0 and no call reaches it */
+        Py_buffer bv;
+        if (PyObject_GetBuffer(board, &bv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+            goto fail;
+        int64_t *b = (int64_t *)bv.buf;
+        Py_ssize_t blen = bv.len;
+        PyBuffer_Release(&bv);
+        if (blen < 8 * (1 + (a_at > k_at ? a_at : k_at))) {
+            PyErr_SetString(PyExc_ValueError, "lane_new: a board too short");
+            goto fail;
+        }
+        L->arrived = b + a_at, L->arrived_key = b + k_at;
+    }
+    const char *st = lane_view(L, steps, PyBUF_SIMPLE, 0);
+    if (!st)
+        goto fail;
+    Py_ssize_t slen = L->views[L->nviews - 1].len;
+    char *sc = NULL;
+    Py_ssize_t n = L->obytes;
+    if (scratch != Py_None) {
+        if (!(sc = lane_view(L, scratch, PyBUF_WRITABLE, 0)))
+            goto fail;
+        n = L->views[L->nviews - 1].len;
+    }
+    char *tm = lane_view(L, tmp, PyBUF_WRITABLE, 0);
+    if (!tm)
+        goto fail;
+    Py_ssize_t tmplen = L->views[L->nviews - 1].len;
+    const char *el = lane_view(L, elsewhere, PyBUF_SIMPLE, 0);
+    if (!el)
+        goto fail;
+    Py_ssize_t ranks = L->views[L->nviews - 1].len;
+    steps_args a = {(const int32_t *)st, slen / (Py_ssize_t)(STEP_WORDS * sizeof(int32_t)), unit,
+                    NULL, el, sc, tm, NULL, red, (intptr_t)comm, polls, bounded};
+    /* src: the x of a call (xbytes); dst: its output where there is scratch */
+    if (steps_check(a.steps, a.nsteps, 0, unit, n, tmplen, xbytes, sc ? L->obytes : -1, ranks,
+                    red) < 0)
+        goto fail;
+    L->a = a;
+    L->scratch = sc != NULL;
+    L->run = run, L->key = key, L->keytag = keytag, L->seqmask = seqmask, L->xbytes = xbytes;
+    for (int i = 0; i < 4; i++)
+        L->per[i] = per[i];
+    return cap;
+fail:
+    Py_DECREF(cap);
+    return NULL;
+}
+
+/* run a lane's steps on x into out, as call #seq; out's reference is the
+ * caller's, handed on (the result) */
+static PyObject *lane_go(lane_t *L, Py_buffer *xv, Py_buffer *ov, PyObject *out, int64_t seq)
+{
+    steps_args a = L->a;
+    a.src = xv->buf;
+    if (L->scratch)
+        a.dst = ov->buf;
+    else
+        a.buf = ov->buf;
+    swap_result o;
+    Py_ssize_t k = steps_go(&a, 0, (int)((seq & L->seqmask) | L->keytag), &o);
+    PyBuffer_Release(ov);
+    PyBuffer_Release(xv);
+    if (k == a.nsteps) {
+        for (int i = 0; i < 4; i++)
+            L->counts[i] += L->per[i];
+        return out;
+    }
+    unsigned long long sh = o.sdone ? 0ULL : req_value(&o.sreq);
+    unsigned long long rh = o.rdone ? 0ULL : req_value(&o.rreq);
+    PyObject *res = Py_BuildValue("(OLniKKii)", out, (long long)seq, k, o.state, sh, rh, o.got,
+                                  o.on_send);
+    Py_DECREF(out);
+    return res;
+}
+
+/* a lane's steps now, in the collective that Python has begun (seqs[0]),
+ * on flat x and out of the lane's sizes: as mpi_lane; None where they do
+ * not fit (nothing moved) */
+static PyObject *lane_now(lane_t *L, PyObject *x, PyObject *out)
+{
+    Py_buffer xv, ov;
+    if (PyObject_GetBuffer(x, &xv, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (PyObject_GetBuffer(out, &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&xv);
+        Py_RETURN_NONE;
+    }
+    if (xv.len != L->xbytes || ov.len != L->obytes ||
+        !((char *)xv.buf + xv.len <= (char *)ov.buf || (char *)ov.buf + ov.len <= (char *)xv.buf)) {
+        PyBuffer_Release(&ov);
+        PyBuffer_Release(&xv);
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(out);
+    return lane_go(L, &xv, &ov, out, L->seqs[0]);
+}
+
+/* mpi_lane(lane, x, out[, now]): one call of a lane on x into out (None: a new
+ * one).  With ``now`` true, only its steps, in the call that Python has
+ * begun (adaptation's timed calls run the algorithm as the lane would):
+ * none of the words below is read or moved on.  The output where every step is done; None where the lane does not
+ * take this call (nothing moved, nothing counted: the caller goes the long
+ * way); else (out, seq, step, state, send, recv, got, on_send): the call
+ * #seq is under way and that step did not finish whole (mpi_steps). */
+static PyObject *mpi_lane(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "mpi_lane(lane, x, out[, now]) takes 3 or 4 arguments");
+        return NULL;
+    }
+    lane_t *L = (lane_t *)PyCapsule_GetPointer(args[0], LANE_CAPSULE);
+    if (!L)
+        return NULL;
+    int64_t *seqs = L->seqs, *cells = L->cells;
+    int now = nargs == 4 && PyObject_IsTrue(args[3]) > 0;
+    if (now)
+        return lane_now(L, args[1], args[2]);
+    if (!seqs[1] || cells[2] != L->run || cells[0] >= cells[1] || !((seqs[0] + 1) & 63))
+        Py_RETURN_NONE;
+    Py_buffer xv, ov;
+    if (PyObject_GetBuffer(args[1], &xv, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *out = args[2];
+    if (out == Py_None) {
+        out = PyObject_CallNoArgs(L->alloc);
+        if (!out) {
+            PyBuffer_Release(&xv);
+            return NULL;
+        }
+    } else {
+        Py_INCREF(out);
+        if (Py_TYPE(out) != Py_TYPE(args[1])) {
+            PyBuffer_Release(&xv);
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        PyObject *dt = PyObject_GetAttrString(out, "dtype");
+        Py_XDECREF(dt);
+        if (dt != L->dtype) {
+            PyErr_Clear();
+            PyBuffer_Release(&xv);
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+    }
+    if (PyObject_GetBuffer(out, &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&xv);
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    int fits = xv.len == L->xbytes && ov.len == L->obytes && ov.ndim == L->ndim &&
+               ((char *)xv.buf + xv.len <= (char *)ov.buf ||
+                (char *)ov.buf + ov.len <= (char *)xv.buf);
+    for (int i = 0; fits && i < L->ndim; i++)
+        fits = ov.shape[i] == L->shape[i];
+    if (!fits) {
+        PyBuffer_Release(&ov);
+        PyBuffer_Release(&xv);
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    cells[0]++;
+    int64_t seq = ++seqs[0];
+    if (L->arrived) { /* 0 while the call size changes, as set_arrived writes them */
+        *L->arrived = 0;
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        *L->arrived_key = L->key;
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        *L->arrived = seq;
+    }
+    return lane_go(L, &xv, &ov, out, seq);
 }
 #endif
 
@@ -600,6 +938,13 @@ static PyMethodDef methods[] = {
      "mpi_steps(reducer, steps, src, buf, tmp, start, tag, comm, polls, elsewhere, bounded, "
      "unit, dst): "
      "a schedule of send-receives and reductions through MPI; None when every step is done"},
+    {"lane_new", lane_new, METH_VARARGS,
+     "lane_new(seqs, cells, counts, board, a, k, steps, scratch, tmp, reducer, comm, polls, "
+     "elsewhere, bounded, unit, run, key, keytag, seqmask, xbytes, dtype, shape, alloc, per): "
+     "a small call's compiled steps, for mpi_lane"},
+    {"mpi_lane", (PyCFunction)(void (*)(void))mpi_lane, METH_FASTCALL,
+     "mpi_lane(lane, x, out[, now]): one call of a lane; the output, None where it does not "
+     "take the call, or a tuple where a step is unfinished"},
 #endif
     {NULL, NULL, 0, NULL},
 };

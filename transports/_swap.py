@@ -33,7 +33,7 @@ except ImportError:  # not built: Python's posts and waits
 LATE, REFUSED, FAILED = 1, 2, 3
 _LIMIT = 1 << 31  # MPI's int count of bytes
 
-_state: list = []  # once bound: [mpi_swap, mpi_steps] or [None, None]
+_state: list = []  # once bound: [mpi_swap, mpi_steps, lane_new] or [None, None, None]
 
 
 def _address(lib, name: str) -> int:
@@ -45,7 +45,7 @@ def _bind():
     this process."""
     if (_native is None or not hasattr(_native, "mpi_swap")
             or os.environ.get("COLLECTIVES_MPI_NATIVE", "1").strip() == "0"):
-        return None, None
+        return None, None, None
     write = cvar = bound = old = 0
     found = _bounded._lookup()
     if found is not None and found[0] is not _bounded._none:  # the bound is ours to write
@@ -67,8 +67,9 @@ def _bind():
             continue
         _native.mpi_bind(*calls, MPI._handleof(MPI.BYTE) & (2 ** 64 - 1),
                          MPI._sizeof(MPI.Request), write, cvar, bound, old)
-        return _native.mpi_swap, getattr(_native, "mpi_steps", None)
-    return None, None
+        return _native.mpi_swap, getattr(_native, "mpi_steps", None), \
+            getattr(_native, "lane_new", None)
+    return None, None, None
 
 
 def _bound():

@@ -309,6 +309,15 @@ class Transport:
         """Note that this rank entered collective ``seq`` of call size ``call_bytes``
         (for timeout reports, and for peers to compare sizes)."""
 
+    def arrival_board(self):
+        """Where ``set_arrived`` writes in memory on every call, for a
+        compiled call that notes its own arrival (transports/_native.c,
+        ``mpi_lane``): (an int64 array, the index of this rank's arrival
+        word in it, of its call size's), or None where it writes nothing
+        there (mpi: only every 64th call looks at the peers' notices, which
+        such a call leaves to Python)."""
+        return None
+
     def unclaimed(self, seq: int) -> None:
         """After collective ``seq``, in which this rank only sent: raise
         ``mismatched`` for a peer whose message of this call with another

@@ -193,6 +193,9 @@ class HierTransport(Transport):
         self.local.set_arrived(seq, call_bytes)
         self.flat.set_arrived(seq, call_bytes)
 
+    def arrival_board(self):
+        return self.local.arrival_board()  # flat's: none (mpi)
+
     def unclaimed(self, seq: int) -> None:
         self.local.unclaimed(seq)
         self.flat.unclaimed(seq)

@@ -35,6 +35,7 @@ class Hosts:
     pids: tuple[int, ...]      # each rank's process id
     local: tuple[bool, ...]    # whether each rank runs on this machine (pids checkable)
     names: tuple[str, ...] = ()  # each host's name, by host index (where known)
+    clocks: tuple[str, ...] = ()  # each rank's monotonic clock (``clock_id``), where known
 
     @property
     def size(self) -> int:
@@ -70,6 +71,13 @@ class Hosts:
         return self.hosts == 1
 
     @property
+    def one_clock(self) -> bool:
+        """Whether every rank reads the same monotonic clock: one kernel
+        (hosts emulated in namespaces of one machine share it), else one
+        machine."""
+        return len(set(self.clocks)) == 1 if self.clocks else all(self.local)
+
+    @property
     def equal(self) -> bool:
         """Whether every host holds the same number of ranks."""
         return len({self.host_of.count(h) for h in range(self.hosts)}) <= 1
@@ -87,11 +95,25 @@ def single(size: int, rank: int = 0) -> Hosts:
     return Hosts(rank, (0,) * size, (0,) * size, (True,) * size)
 
 
+def clock_id() -> str:
+    """This process's monotonic clock: the kernel's boot id and the time
+    namespace, which processes of one kernel share unless a time namespace
+    sets them apart ("" where unknown)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return boot + " " + os.readlink("/proc/self/ns/time")
+    except OSError:
+        return ""
+
+
 def discover(mpicomm) -> Hosts:
-    """Collective over ``mpicomm``: every rank's host, machine and pid."""
-    me = (host_name(), socket.gethostname(), os.getpid())
+    """Collective over ``mpicomm``: every rank's host, machine, pid and clock."""
+    me = (host_name(), socket.gethostname(), os.getpid(), clock_id())
     everyone = _wire.allgather(mpicomm, me)
-    names = [h for h, _, _ in everyone]
+    names = [h for h, _, _, _ in everyone]
+    clocks = tuple(c for _, _, _, c in everyone)
     return Hosts(mpicomm.Get_rank(), number(names),
-                 tuple(p for _, _, p in everyone), tuple(m == me[1] for _, m, _ in everyone),
-                 tuple(dict.fromkeys(names)))
+                 tuple(p for _, _, p, _ in everyone),
+                 tuple(m == me[1] for _, m, _, _ in everyone),
+                 tuple(dict.fromkeys(names)), clocks if all(clocks) else ())

@@ -20,6 +20,7 @@ message of a different size is caught (``status.Get_count``).
 """
 from __future__ import annotations
 
+import array
 import os
 import threading
 import time
@@ -417,6 +418,8 @@ class MpiEndpoint(Endpoint):
         # referenced here until free() settles them
         self.live: set = set()
         self.handle = MPI._handleof(comm)  # for the compiled send-receive (_swap)
+        # the bytes of the compiled small calls (lane) not yet in the counters
+        self.lane_counts = array.array("q", [0, 0, 0, 0])
 
     def free(self, keep: bool = False) -> None:
         self._settle()
@@ -595,6 +598,51 @@ class MpiEndpoint(Endpoint):
         if not small:
             self.give_back(tmp)
         return True
+
+    def lane(self, plan, scratch, reducer, ub: int, key: int, seqs, cells, run: int, board,
+             xbytes: int, dtype: np.dtype, oshape: tuple):
+        """A small call's compiled steps (transports/_native.c, ``lane_new``,
+        run by ``mpi_lane``): ``plan`` from an x of ``xbytes`` into an
+        output of ``oshape`` and ``dtype``, in units of ``ub`` bytes, through
+        ``scratch`` (None: in the output itself), reduced by the kernel
+        ``reducer``; ``key`` the call key, ``seqs``, ``cells``, ``run``,
+        ``board`` the words that its calls read and move on (see there).
+        None where the compiled steps are not bound, or MPI is not
+        thread-multiple (a compiled call does not take the lock)."""
+        state = _swap._state or _swap._bound()
+        if len(state) < 3 or state[2] is None or MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+            return None
+        counts = self._plan_counts.get(plan)
+        if counts is None:
+            counts = self._plan_counts[plan] = self._counts(plan.steps)
+        sent, inter_sent, got, inter_got = counts
+        bounded = self._bounded
+        if bounded is None:
+            bounded = self._bounded = True in self.t.elsewhere and _bounded.active()
+        arr, a, k = board or (None, 0, 0)
+        keytag = (key % self.modulus) << SEQ_BITS if self.modulus else 0
+        return state[2](seqs, cells, self.lane_counts, arr, a, k, plan.packed,
+                        scratch, self._tmp, reducer, self.handle, _POLLS, self.t.elsewhere_bytes,
+                        bounded, ub, run, key, keytag, SEQ_MASK, xbytes, dtype, tuple(oshape),
+                        lambda: np.empty(oshape, dtype),
+                        (sent * ub, inter_sent * ub, got * ub, inter_got * ub))
+
+    def late_lane(self, plan, res: tuple, src, buf, reducer, op, ub: int, dst) -> None:
+        """Finish a compiled small call (``lane``) that stopped at step
+        ``res[0]`` (``res``: as ``mpi_steps`` returns it), once ``begin``
+        has set its tag."""
+        self._late_steps(_swap._native.mpi_steps, plan, res, src, buf, self._tmp, reducer, op,
+                         self._tag(None), self._bounded, ub, dst)
+
+    def flush_lanes(self) -> None:
+        """Add the compiled small calls' bytes (``lane``) to the counters."""
+        c = self.lane_counts
+        if c[0] or c[2]:
+            self.sent_bytes += c[0]
+            self.inter_sent_bytes += c[1]
+            self.recv_bytes += c[2]
+            self.inter_recv_bytes += c[3]
+            c[0] = c[1] = c[2] = c[3] = 0
 
     def _counts(self, steps) -> tuple:
         """What a whole schedule of ``steps`` sends and receives, in its

@@ -80,6 +80,10 @@ class ShmTransport(Transport):
     def set_arrived(self, seq: int, call_bytes: int = 0) -> None:
         self.seg.set_arrived(seq, call_bytes)
 
+    def arrival_board(self):
+        a, k = self.seg.board[self.rank]
+        return self.seg.q64, a, k
+
     def arrived(self, r: int) -> int:
         return self.seg.arrived(r)
 
