@@ -35,7 +35,8 @@ cost and moves to another algorithm when that one is clearly faster:
   of the timed calls' clock readings and of the array kinds.  Each run of
   calls of one algorithm (the current one's calls before a try, a try's
   timed calls; an untimed call between two ends a run) gives one figure,
-  its fastest call (what other processes cost a call only adds to it):
+  the median of its timed calls (one call that other processes held up,
+  or one lucky call, does not move it):
   where every rank reads one clock (one kernel: transports/hosts.py,
   ``Hosts.one_clock``), the time from one call's last rank's end (or,
   where later, the next call's last rank's start) to the next call's last
@@ -584,7 +585,7 @@ class Chooser:
         """Share this rank's recent call times and kinds; every rank then
         holds the same times and the common form.  Each run of consecutive
         calls of one algorithm (the current one's calls before a try, a
-        try's timed calls) gives one figure, the fastest of its timed calls:
+        try's timed calls) gives one figure, the median of its timed calls:
         with one clock, by the time from the last rank's end of the call
         before (a warm one's included) or, where later, the last rank's start
         of this one, to the last rank's end of this one (what the calls cost
@@ -624,7 +625,7 @@ class Chooser:
                 else:
                     per.append(vec[3 + k])
             if per:
-                arm.times[name].append(min(per))
+                arm.times[name].append(statistics.median(per))
             i = j + 1
         cls.recent.clear()
         cls.lo, cls.hi = _NONE
