@@ -408,8 +408,9 @@ class Communicator(HostsInfo):
         general path accepted (``ln``), out of place: the current choice
         (adapt.py, ``Chooser.quick``), as one compiled call where it is a
         plan (``_way``); where adaptation has more to do (a try, a timed
-        call, an agreement), ``Chooser.run``.  None where the arrays call for
-        the general path, or adaptation is off."""
+        call, an agreement), ``Chooser.run``; with adaptation off, the
+        settled choice (``Chooser.steady``).  None where the arrays call for
+        the general path."""
         if not x.flags.c_contiguous or self._exec.pending or self._closed:
             return None
         if out is None:

@@ -573,9 +573,7 @@ class MpiEndpoint(Endpoint):
         small = nb <= _STEPS_TMP  # the C call takes a larger scratch
         tmp = self._tmp if small else self._scratch(buf)
         tag = self._tag(None)
-        bounded = self._bounded
-        if bounded is None:
-            bounded = self._bounded = True in t.elsewhere and _bounded.active()
+        bounded = self._bounds()
         try:
             with t.lock:
                 res = run(reducer, plan.packed, src, buf, tmp, 0, tag, self.handle, _POLLS,
@@ -585,10 +583,7 @@ class MpiEndpoint(Endpoint):
                 self.give_back(tmp)
             return False
         if res is None:  # most calls: every step done, counted at once
-            counts = self._plan_counts.get(plan)
-            if counts is None:
-                counts = self._plan_counts[plan] = self._counts(plan.steps)
-            sent, inter_sent, got, inter_got = counts
+            sent, inter_sent, got, inter_got = self._plan_count(plan)
             self.sent_bytes += sent * ub
             self.inter_sent_bytes += inter_sent * ub
             self.recv_bytes += got * ub
@@ -612,13 +607,8 @@ class MpiEndpoint(Endpoint):
         state = _swap._state or _swap._bound()
         if len(state) < 3 or state[2] is None or MPI.Query_thread() != MPI.THREAD_MULTIPLE:
             return None
-        counts = self._plan_counts.get(plan)
-        if counts is None:
-            counts = self._plan_counts[plan] = self._counts(plan.steps)
-        sent, inter_sent, got, inter_got = counts
-        bounded = self._bounded
-        if bounded is None:
-            bounded = self._bounded = True in self.t.elsewhere and _bounded.active()
+        sent, inter_sent, got, inter_got = self._plan_count(plan)
+        bounded = self._bounds()
         arr, a, k = board or (None, 0, 0)
         keytag = (key % self.modulus) << SEQ_BITS if self.modulus else 0
         return state[2](seqs, cells, self.lane_counts, arr, a, k, plan.packed,
@@ -632,7 +622,7 @@ class MpiEndpoint(Endpoint):
         ``res[0]`` (``res``: as ``mpi_steps`` returns it), once ``begin``
         has set its tag."""
         self._late_steps(_swap._native.mpi_steps, plan, res, src, buf, self._tmp, reducer, op,
-                         self._tag(None), self._bounded, ub, dst)
+                         self._tag(None), self._bounds(), ub, dst)
 
     def flush_lanes(self) -> None:
         """Add the compiled small calls' bytes (``lane``) to the counters."""
@@ -643,6 +633,19 @@ class MpiEndpoint(Endpoint):
             self.recv_bytes += c[2]
             self.inter_recv_bytes += c[3]
             c[0] = c[1] = c[2] = c[3] = 0
+
+    def _bounds(self) -> bool:
+        """Whether steps' sends to other machines are bounded (found once)."""
+        if self._bounded is None:
+            self._bounded = True in self.t.elsewhere and _bounded.active()
+        return self._bounded
+
+    def _plan_count(self, plan) -> tuple:
+        """``_counts`` of a plan's steps, found once per plan."""
+        counts = self._plan_counts.get(plan)
+        if counts is None:
+            counts = self._plan_counts[plan] = self._counts(plan.steps)
+        return counts
 
     def _counts(self, steps) -> tuple:
         """What a whole schedule of ``steps`` sends and receives, in its
