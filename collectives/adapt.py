@@ -30,7 +30,9 @@ cost and moves to another algorithm when that one is clearly faster:
   so that a machine whose speed changes is followed.  Only the tries and
   the ``WATCH`` calls before each are timed; the others just run.  A call
   that runs compiled (a small one's plan, Communicator._small_call) is
-  tried compiled too.
+  tried compiled too, and the stretches of timed calls that need no
+  agreement run as compiled calls that time themselves (``_Class.sync``,
+  ``_Class.absorb``).
 - After each try the ranks agree on the facts: one small all-reduce (max)
   of the timed calls' clock readings and of the array kinds.  Each run of
   calls of one algorithm (the current one's calls before a try, a try's
@@ -161,18 +163,37 @@ class _Arm:
         if self.fresh < FIRST_RUNS:
             self.fresh += 1
             return self.name, (WARM if self.fresh <= WARMS else RUN)
-        if count >= self.next_at:
-            if self.due:
-                a = min(self.due, key=lambda x: (self.due[x], x))
-                if self.due[a] <= count:
-                    del self.due[a]
-                    self.burst = (a, 1)
-                    return a, WARM
-                self.next_at = self.due[a]
-            else:
-                self.next_at = 1 << 62
-            self.watch_at = self.next_at - WATCH
+        self.look(count)
+        if self.next_at <= count:  # a try is due
+            a = min(self.due, key=lambda x: (self.due[x], x))
+            del self.due[a]
+            self.burst = (a, 1)
+            return a, WARM
         return self.name, RUN
+
+    def look(self, count: int) -> None:
+        """Past ``next_at`` (0 after a decision), find the next due try:
+        ``next_at`` (at most ``count`` where one is due now) and
+        ``watch_at``, WATCH calls before it."""
+        if count >= self.next_at:
+            self.next_at = min(self.due.values()) if self.due else 1 << 62
+            self.watch_at = self.next_at - WATCH
+
+    def segment(self, count: int) -> Optional[tuple[str, int, int]]:
+        """The calls from ``count`` on that run one algorithm and need no
+        agreement, as ``pick`` will name them: (its name, the count they
+        end before, the count from which they are timed), or None where the
+        call ``count`` needs Python's (a try's first call, which starts from
+        an agreement, and its last, which ends in one; a new current one's
+        first; a look after a decision).  What compiled calls run
+        (_Class.sync)."""
+        if self.burst is not None:
+            a, i = self.burst
+            return (a, count + BURST - 1 - i, count) if i < BURST - 1 else None
+        if self.fresh < FIRST_RUNS:
+            return (self.name, count + FIRST_RUNS - self.fresh, count) if self.fresh else None
+        self.look(count)
+        return (self.name, self.next_at, self.watch_at) if count < self.next_at else None
 
     def estimate(self, a: str) -> Optional[float]:
         """The current algorithm's median over its last RUNS figures (one a
@@ -226,17 +247,27 @@ class _Arm:
         self.next_at = self.watch_at = 0  # the schedule changed: look again
 
 
+SLOTS = 16  # calls a compiled segment times, at most (transports/_native.c, LANE_SLOTS)
+_NO_TIMES = array.array("q", bytes(16 * SLOTS))
+_NEVER = 1 << 62
+
+
 class _Class:
     """One (collective, size class): its calls so far, the form the ranks
     last agreed on (the array kind, and whether in place), the calls since
     that agreement, and an arm per form.  ``cells``: words that a compiled
-    small call reads (transports/_native.c, ``mpi_lane``): the count, the
-    count below which calls of plain arrays out of place run the current
-    algorithm untimed (0: none do), and that algorithm's identity
-    (``id(run)``)."""
+    small call reads and writes (transports/_native.c, ``mpi_lane``): the
+    count; the count below which calls of plain arrays out of place run
+    compiled (0: none do); the identity (``id(run)``) of the algorithm they
+    run; the count from which they are timed; then the start and end
+    (nanoseconds of time.perf_counter's clock) of each timed one, SLOTS at
+    most.  ``seg``: (arm, algorithm, first count) of the calls that the
+    cells let run compiled (``sync``) until Python has taken them in
+    (``absorb``)."""
 
     def __init__(self):
-        self.cells = array.array("q", [0, 0, 0])
+        self.cells = array.array("q", [0, 0, 0, _NEVER]) + _NO_TIMES
+        self.seg: Optional[tuple] = None
         self.form: Optional[int] = None  # the form the ranks last agreed on
         # (adaptation off: the array kind's index in selection.KINDS)
         self.lo, self.hi = _NONE   # this rank's form codes since the last agreement
@@ -259,14 +290,42 @@ class _Class:
     def count(self, n: int) -> None:
         self.cells[0] = n
 
-    def sync(self, keeping: bool) -> None:
+    def sync(self, keeping: bool, timing: bool = True) -> None:
         """Set ``cells`` from the current arm (none while ``keeping`` a
-        history of each call's algorithm)."""
+        history of each call's algorithm): compiled calls run the arm's
+        ``segment``, timed where ``timing`` (the chooser's clock is
+        time.perf_counter's), else its current algorithm untimed up to
+        ``watch_at``."""
+        self.absorb()
         arm, c = self.arm, self.cells
         if arm is not None and not keeping and self.lo <= _PLAIN <= self.hi:
-            c[1], c[2] = arm.watch_at, id(arm.run)
+            seg = arm.segment(c[0]) if timing and arm.family is not None else None
+            if seg is None:
+                c[1], c[2], c[3] = arm.watch_at, id(arm.run), _NEVER
+            else:
+                name, c[1], c[3] = seg
+                c[2] = id(arm.family[name].run)
+                c[4:] = _NO_TIMES
+                self.seg = (arm, name, c[0])
         else:
             c[1] = 0
+
+    def absorb(self) -> None:
+        """Take in the calls that ran compiled in the segment ``sync`` set:
+        the arm's state moves on as ``pick`` would have moved it call by
+        call, and the calls with times join ``recent``."""
+        seg = self.seg
+        if seg is None:
+            return
+        self.seg = None
+        arm, name, start = seg
+        c = self.cells
+        first = c[3]
+        for count in range(start, c[0]):
+            a, what = arm.pick(count)
+            i = 4 + 2 * (count - first)
+            if a == name and 4 <= i < len(c):
+                self.recent.append((arm, a, count, c[i] * 1e-9, c[i + 1] * 1e-9, what != WARM))
 
     def note(self, form: int) -> None:
         if form < self.lo:
@@ -307,6 +366,7 @@ class Chooser:
         self.adapt = adapt and where.size > 1
         self.one_clock = one_clock
         self.clock = clock
+        self._timing = clock is time.perf_counter  # compiled calls time themselves (_Class.sync)
         # calls whose choice stays the table's: the barrier but on "hier" (one
         # round, or log2 N; a few microseconds a call, which timing would add to)
         self._still = frozenset() if where.hier else frozenset({"barrier"})
@@ -326,7 +386,7 @@ class Chooser:
         self._history = h
         for cls in self.classes.values():  # compiled calls keep none: they stop
             if self.adapt:
-                cls.sync(h is not None)
+                cls.sync(h is not None, self._timing)
             elif h is not None:
                 cls.cells[1] = 0
 
@@ -456,11 +516,12 @@ class Chooser:
         try:
             return self._adapting(cls, call, nbytes, form, family, ep, args, agree)
         finally:
-            cls.sync(self._history is not None)
+            cls.sync(self._history is not None, self._timing)
 
     def _adapting(self, cls: _Class, call: str, nbytes: int, form: int, family, ep,
                   args: tuple, agree) -> str:
         """``run``'s calls while adaptation is on."""
+        cls.absorb()
         cls.note(form)
         if cls.form is None:
             self._agree(cls, ep, agree)
@@ -471,6 +532,8 @@ class Chooser:
             arm = cls.arm = cls.arms[cls.form] = _Arm(first, others, cls.count, FAMILIES[call])
         count = cls.count
         cls.count = count + 1
+        if arm.burst is None and arm.fresh >= FIRST_RUNS:
+            arm.look(count)
         if count < arm.watch_at:  # far from the next try: run, untimed
             name = arm.name
             if self.history is not None:

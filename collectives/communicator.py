@@ -459,19 +459,34 @@ class Communicator(HostsInfo):
         c = None
         if _lane is not None and not ln.avg and (ln.uf is None or (
                 ln.red is not None and kernels.compiled())):
+            ln.cells = self._choose.cells(ln.call, ln.nbytes)
             c = self._msgs.lane(plan, scratch, ln.red, ln.unit * ln.dtype.itemsize, ln.key,
-                                self._seqs, self._choose.cells(ln.call, ln.nbytes), id(run),
-                                self._t.arrival_board(), ln.nbytes, ln.dtype, ln.oshape)
+                                self._seqs, ln.cells, id(run), self._t.arrival_board(),
+                                ln.nbytes, ln.dtype, ln.oshape)
+            if c is not None:
+                ln.ids[id(run)] = (c, run)
         ln.caps[run] = c
         return c
 
-    def _lane_late(self, ln: Lane, x: np.ndarray, res: tuple):
-        """Go on with a compiled small call (``_compile``) that stopped at
-        an unfinished step: ``res`` is (out, seq, step, its state...)."""
+    def _lane_try(self, ln: Lane, x: np.ndarray, out):
+        """A compiled call of the algorithm that adaptation has ``ln``'s
+        size class run now where that is not ``ln.run`` (a try's calls:
+        adapt.py, ``_Class.sync``), as ``mpi_lane`` answers; None where it
+        has no compiled steps here or does not take the call."""
+        hit = ln.ids.get(ln.cells[2])
+        if hit is None or hit[0] is ln.c:
+            return None
+        ran = _lane(hit[0], x, out)
+        return ran if type(ran) is not tuple else self._lane_late(ln, x, ran, hit[1])
+
+    def _lane_late(self, ln: Lane, x: np.ndarray, res: tuple, run=None):
+        """Go on with a compiled small call of ``run`` (``ln.run`` where
+        None: ``_compile``) that stopped at an unfinished step: ``res`` is
+        (out, seq, step, its state...)."""
         out, seq = res[0], res[1]
         self._t.coll.begin(seq, ln.key, ln.call)
         try:
-            self._go_on(ln, ln.run, x, out, res[2:])
+            self._go_on(ln, ln.run if run is None else run, x, out, res[2:])
             return out
         except BaseException as e:
             self._failed(e, ln.call, seq)
@@ -669,6 +684,10 @@ class Communicator(HostsInfo):
                     ran = _lane(ln.c, x, out)
                     if ran is not None:
                         return ran if type(ran) is not tuple else self._lane_late(ln, x, ran)
+                if ln.ids:  # a try's (_lane_try)
+                    ran = self._lane_try(ln, x, out)
+                    if ran is not None:
+                        return ran
                 ran = self._small_call(ln, x, out)
                 if ran is not None:
                     return ran
@@ -693,6 +712,10 @@ class Communicator(HostsInfo):
                     ran = _lane(ln.c, x, out)
                     if ran is not None:
                         return ran if type(ran) is not tuple else self._lane_late(ln, x, ran)
+                if ln.ids:  # a try's (_lane_try)
+                    ran = self._lane_try(ln, x, out)
+                    if ran is not None:
+                        return ran
                 ran = self._small_call(ln, x, out)
                 if ran is not None:
                     return ran

@@ -65,17 +65,20 @@ class Lane:
     (None: the plan fills the result itself), or False where it is not a
     plan; ``caps``: an algorithm -> its compiled steps, or None
     (``Communicator._capsule``); ``c``: those of ``run``, the algorithm
-    most calls run (``Communicator._compile``)."""
+    most calls run (``Communicator._compile``); ``ids``: ``id(run)`` ->
+    (compiled steps, run) of each algorithm that has them; ``cells``: the
+    size class's words that they read (adapt.py, ``_Class``)."""
 
     __slots__ = ("call", "nbytes", "key", "ieee", "avg", "uf", "red", "oshape", "unit", "dtype",
-                 "ways", "caps", "c", "run")
+                 "ways", "caps", "c", "run", "ids", "cells")
 
     def __init__(self, call, nbytes, key, ieee, avg, uf, red, oshape, unit, dtype):
         self.call, self.nbytes, self.key, self.ieee, self.avg = call, nbytes, key, ieee, avg
         self.uf, self.red, self.oshape, self.unit, self.dtype = uf, red, oshape, unit, dtype
         self.ways: dict = {}
         self.caps: dict = {}
-        self.c = self.run = None
+        self.ids: dict = {}
+        self.c = self.run = self.cells = None
 
 
 class SmallByMessages:

@@ -195,6 +195,12 @@ MUTANTS: list[Mutant] = [
            ("tests/test_lanes.py::test_compiled_small_calls_on_mpi[2]",),
            why="the compiled small calls run while a history of choices is kept, and "
                "leave their calls out of it"),
+    Mutant("lane_try_unagreed", "collectives", "collectives/adapt.py",
+           "            return (a, count + BURST - 1 - i, count) if i < BURST - 1 else None",
+           "            return (a, count + BURST - i, count) if i < BURST else None",
+           ("tests/test_lanes.py::test_compiled_small_calls_on_mpi[2]",),
+           why="a try's last call runs compiled as well, so no agreement follows it: "
+               "tries end without a figure and adaptation never decides"),
     Mutant("hier_sendrecv_python", "transports", "transports/hier.py",
            "        self.flat.sendrecv(sbuf, dst, rbuf, src)",
            "        Endpoint.sendrecv(self, sbuf, dst, rbuf, src)",

@@ -11,7 +11,8 @@ right; arguments that the compiled call does not take (another dtype or
 shape of out, a strided x, x inside out) go the general path, which
 raises or runs them; a call queued behind an async one runs in order; a
 kept history of choices stops the compiled calls, so every call is in it;
-with adaptation off the settled choice runs compiled as well;
+with adaptation off the settled choice runs compiled as well; with it on,
+adaptation's timed calls and tries of a plan run compiled, timed in C;
 ranks that disagree on the op raise a mismatch, and no rank hangs."""
 from __future__ import annotations
 
@@ -79,6 +80,35 @@ for i in range(240):
             took["all_reduce"] += took["lane"] - before
             if not np.array_equal(got, REDUCE[op](every).astype(dtype)):
                 bad.append(["all_reduce", dtype, shape, op, i])
+
+# adaptation's timed calls and tries run compiled too, timed in C: of a new
+# size class's calls, Python's adaptation (Chooser._adapting) runs only the
+# first and last of each try and the calls about an agreement
+import collectives.adapt as ad
+py_calls, c_timed = [0], [0]
+real_adapting, real_absorb, real_try = comm._choose._adapting, ad._Class.absorb, cm.Communicator._lane_try
+def adapting(*a):
+    py_calls[0] += 1
+    return real_adapting(*a)
+def absorb(cls):
+    before = len(cls.recent)
+    real_absorb(cls)
+    c_timed[0] += len(cls.recent) - before
+tried = [0]
+def lane_try(self, *a):
+    res = real_try(self, *a)
+    tried[0] += res is not None
+    return res
+comm._choose._adapting, ad._Class.absorb, cm.Communicator._lane_try = adapting, absorb, lane_try
+x = np.arange(10, dtype=np.float64) + r
+want = np.stack([np.arange(10, dtype=np.float64) + p for p in range(n)])
+for k in range(1500):
+    if not np.array_equal(comm.all_gather(x), want):
+        bad.append(["adapting all_gather", k])
+arm = comm._choose.classes["all_gather", ad.size_class(x.nbytes)].arm
+figures = {a: len(t) for a, t in arm.times.items()} if arm is not None else {}
+comm._choose._adapting, ad._Class.absorb, cm.Communicator._lane_try = real_adapting, real_absorb, real_try
+adapting_res = {"python": py_calls[0], "c_timed": c_timed[0], "tried": tried[0], "figures": figures}
 
 # the bytes a compiled call counts: those of its algorithm named
 traffic_bad = []
@@ -149,7 +179,7 @@ except CollectiveError as e:
     mismatch = type(e).__name__ + ": " + str(e)
 took_s = time.monotonic() - t0
 
-res = {"took": took, "bad": bad, "traffic": traffic_bad, "words": words, "kept": kept,
+res = {"adapting": adapting_res, "took": took, "bad": bad, "traffic": traffic_bad, "words": words, "kept": kept,
        "mismatch": mismatch, "seconds": took_s}
 import mpi4py.MPI as MPI
 allres = MPI.COMM_WORLD.gather(res)
@@ -163,9 +193,17 @@ def _run(tmp_path, layout=None, n=4, transport="mpi", **env):
     return run_script(tmp_path, SCRIPT, transport, layout, n, **env)
 
 
-def _check(res, calls=("all_gather", "reduce_scatter", "all_reduce")):
+def _check(res, calls=("all_gather", "reduce_scatter", "all_reduce"), adapting=True):
     for rank, one in enumerate(res):
         assert one["bad"] == [] and one["traffic"] == [], one
+        a = one["adapting"]
+        if adapting:
+            # the tries of the algorithms that are plans ran compiled, their
+            # times taken in C; Python ran few of the 1500 calls
+            assert a["tried"] >= 6 and a["c_timed"] >= 6 and a["python"] < 150, a
+            assert a["figures"] and min(a["figures"].values()) >= 1, a
+        else:
+            assert a["python"] == 0 and a["c_timed"] == 0, a
         # most calls took the compiled way, and some of them went on in Python
         for call in calls:
             assert one["took"][call] > 500, one["took"]
@@ -190,4 +228,5 @@ def test_compiled_small_calls_on_hier(tmp_path):
 def test_compiled_small_calls_adaptation_off(tmp_path):
     """The settled choice runs compiled too (adapt.py, ``Chooser.steady``);
     the table's small all_reduce at N = 3 is "direct", which is no plan."""
-    _check(_run(tmp_path, n=3, COLLECTIVES_ADAPT="0"), ("all_gather", "reduce_scatter"))
+    _check(_run(tmp_path, n=3, COLLECTIVES_ADAPT="0"), ("all_gather", "reduce_scatter"),
+           adapting=False)

@@ -20,6 +20,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -606,8 +607,13 @@ done:
  *   seqs[0] the sequence number of the last collective, seqs[1] whether
  *     lanes may run now (0 while calls are queued, after a failure, closed);
  *   cells[0] the calls of the size class so far (adaptation's count),
- *     cells[1] the count below which its calls run untimed, cells[2] the
- *     identity of the algorithm they run (the lane's ``run``, else another);
+ *     cells[1] the count below which its calls run compiled, cells[2] the
+ *     identity of the algorithm they run (the lane's ``run``, else another),
+ *     cells[3] the count from which they are timed: call cells[3] + i
+ *     writes its start and end (CLOCK_MONOTONIC, ns: Python's
+ *     time.perf_counter) to cells[4 + 2i] and cells[5 + 2i], for i below
+ *     LANE_SLOTS (a call that a late peer hands on to Python: its end
+ *     here);
  *   board[a], board[k]: this rank's arrival word and call size where the
  *     transport notes arrivals in memory (hier's hosts), else none (not
  *     held: see lane_new);
@@ -615,7 +621,7 @@ done:
  *     them), which the endpoint adds to its counters when asked.
  * Every 64th sequence number goes through Python (set_arrived's look at
  * the peers' notices), as does a call that adaptation times. */
-enum { LANE_VIEWS = 8 };
+enum { LANE_VIEWS = 8, LANE_SLOTS = 16 };
 typedef struct {
     steps_args a;
     Py_buffer views[LANE_VIEWS];
@@ -717,7 +723,7 @@ static PyObject *lane_new(PyObject *self, PyObject *args)
         L->obytes *= itemsize;
     }
     if (!(L->seqs = (int64_t *)lane_view(L, seqs, PyBUF_WRITABLE, 2 * 8)) ||
-        !(L->cells = (int64_t *)lane_view(L, cells, PyBUF_WRITABLE, 3 * 8)) ||
+        !(L->cells = (int64_t *)lane_view(L, cells, PyBUF_WRITABLE, (4 + 2 * LANE_SLOTS) * 8)) ||
         !(L->counts = (int64_t *)lane_view(L, counts, PyBUF_WRITABLE, 4 * 8)))
         goto fail;
     if (board != Py_None) {
@@ -890,7 +896,10 @@ static PyObject *mpi_lane(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_DECREF(out);
         Py_RETURN_NONE;
     }
-    cells[0]++;
+    int64_t slot = cells[0]++ - cells[3];
+    struct timespec t0;
+    if (slot >= 0 && slot < LANE_SLOTS)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t seq = ++seqs[0];
     if (L->arrived) { /* 0 while the call size changes, as set_arrived writes them */
         *L->arrived = 0;
@@ -899,7 +908,14 @@ static PyObject *mpi_lane(PyObject *self, PyObject *const *args, Py_ssize_t narg
         __atomic_thread_fence(__ATOMIC_RELEASE);
         *L->arrived = seq;
     }
-    return lane_go(L, &xv, &ov, out, seq);
+    PyObject *res = lane_go(L, &xv, &ov, out, seq);
+    if (slot >= 0 && slot < LANE_SLOTS) {
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        cells[4 + 2 * slot] = (int64_t)t0.tv_sec * 1000000000 + t0.tv_nsec;
+        cells[5 + 2 * slot] = (int64_t)t1.tv_sec * 1000000000 + t1.tv_nsec;
+    }
+    return res;
 }
 #endif
 
