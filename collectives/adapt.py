@@ -94,6 +94,7 @@ _KIND = {k: i for i, k in enumerate(selection.KINDS)}
 _FORMS = 2 * len(_KIND)  # form codes: the kind's index, + len(KINDS) in place
 _NONE = (_FORMS, -1)      # (lowest, highest) form code before any call
 _PLAIN = _KIND["plain"]   # the form code of plain arrays out of place
+_PLAIN_IN = _PLAIN + len(_KIND)  # and in place (a compiled all_gather takes both)
 
 
 def flag(name: str, default: bool) -> bool:
@@ -291,14 +292,17 @@ class _Class:
         self.cells[0] = n
 
     def sync(self, keeping: bool, timing: bool = True) -> None:
-        """Set ``cells`` from the current arm (none while ``keeping`` a
+        """Set ``cells`` from the current arm, where calls of plain arrays
+        (out of place, or in place: an all_gather's) were noted since the
+        last agreement (none while ``keeping`` a
         history of each call's algorithm): compiled calls run the arm's
         ``segment``, timed where ``timing`` (the chooser's clock is
         time.perf_counter's), else its current algorithm untimed up to
         ``watch_at``."""
         self.absorb()
         arm, c = self.arm, self.cells
-        if arm is not None and not keeping and self.lo <= _PLAIN <= self.hi:
+        if arm is not None and not keeping and (self.lo <= _PLAIN <= self.hi or
+                                                 self.lo <= _PLAIN_IN <= self.hi):
             seg = arm.segment(c[0]) if timing and arm.family is not None else None
             if seg is None:
                 c[1], c[2], c[3] = arm.watch_at, id(arm.run), _NEVER

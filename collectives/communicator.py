@@ -460,9 +460,12 @@ class Communicator(HostsInfo):
         if _lane is not None and not ln.avg and (ln.uf is None or (
                 ln.red is not None and kernels.compiled())):
             ln.cells = self._choose.cells(ln.call, ln.nbytes)
+            # an all_gather's x may be its own block of out (in place): the
+            # plans read x in their first copy alone
             c = self._msgs.lane(plan, scratch, ln.red, ln.unit * ln.dtype.itemsize, ln.key,
                                 self._seqs, ln.cells, id(run), self._t.arrival_board(),
-                                ln.nbytes, ln.dtype, ln.oshape)
+                                ln.nbytes, ln.dtype, ln.oshape,
+                                self.rank * ln.nbytes if ln.call == "all_gather" else -1)
             if c is not None:
                 ln.ids[id(run)] = (c, run)
         ln.caps[run] = c

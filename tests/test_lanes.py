@@ -8,8 +8,9 @@ with out given and not, and take the compiled call; each such call counts
 the bytes that the same algorithm named counts (inter-host ones too); a
 late rank sends the others' calls on to Python's wait, and they finish
 right; arguments that the compiled call does not take (another dtype or
-shape of out, a strided x, x inside out) go the general path, which
-raises or runs them; a call queued behind an async one runs in order; a
+shape of out, a strided x, x inside out but not at its own block) go the
+general path, which raises or runs them, while an all_gather in place (x
+is out[rank]) is compiled too; a call queued behind an async one runs in order; a
 kept history of choices stops the compiled calls, so every call is in it;
 with adaptation off the settled choice runs compiled as well; with it on,
 adaptation's timed calls and tries of a plan run compiled, timed in C;
@@ -148,6 +149,18 @@ whole[r] = x
 if not np.array_equal(comm.all_gather(whole[r], whole),
                       np.stack([np.arange(3, dtype=np.float32) + p for p in range(n)])):
     bad.append(["x in out"])
+# in place (x is out[rank]) the compiled call takes it too
+before = took["lane"]
+for k in range(200):
+    whole = np.zeros((n, 3), np.float32)
+    whole[r] = np.arange(3, dtype=np.float32) + r + k
+    if comm.all_gather(whole[r], whole) is not whole or not np.array_equal(
+            whole, np.stack([np.arange(3, dtype=np.float32) + p + k for p in range(n)])):
+        bad.append(["in place", k])
+in_place = took["lane"] - before
+# (where adaptation has moved this size class to an algorithm that is no
+# plan, none is compiled)
+in_place_plan = str(comm.choose_algorithm("all_gather", 12)) in ("recursive_doubling", "bruck")
 
 # a call queued behind an async one runs after it
 big = np.full(50000, r, np.float64)
@@ -179,7 +192,7 @@ except CollectiveError as e:
     mismatch = type(e).__name__ + ": " + str(e)
 took_s = time.monotonic() - t0
 
-res = {"adapting": adapting_res, "took": took, "bad": bad, "traffic": traffic_bad, "words": words, "kept": kept,
+res = {"in_place": in_place, "in_place_plan": in_place_plan, "adapting": adapting_res, "took": took, "bad": bad, "traffic": traffic_bad, "words": words, "kept": kept,
        "mismatch": mismatch, "seconds": took_s}
 import mpi4py.MPI as MPI
 allres = MPI.COMM_WORLD.gather(res)
@@ -208,6 +221,7 @@ def _check(res, calls=("all_gather", "reduce_scatter", "all_reduce"), adapting=T
         for call in calls:
             assert one["took"][call] > 500, one["took"]
         assert one["kept"] == 100, one
+        assert one["in_place"] > 100 or not one["in_place_plan"], one["in_place"]
         # the general path's errors: out of another dtype, shape, or
         # not contiguous; a strided x
         assert len(one["words"]) == 4 and "no error" not in one["words"], one["words"]

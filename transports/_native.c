@@ -629,6 +629,7 @@ typedef struct {
     int64_t *seqs, *cells, *counts;
     volatile int64_t *arrived, *arrived_key;
     int64_t run, key, keytag, per[4];
+    Py_ssize_t inplace_at;
     long seqmask;
     Py_ssize_t xbytes, obytes, shape[8];
     PyObject *dtype, *alloc, *reducer;
@@ -665,7 +666,10 @@ static char *lane_view(lane_t *L, PyObject *obj, int flags, Py_ssize_t least)
 
 /* lane_new(seqs, cells, counts, board, a, k, steps, scratch, tmp, reducer,
  * comm, polls, elsewhere, bounded, unit, run, key, keytag, seqmask, xbytes,
- * dtype, shape, alloc, per): a lane (above); ``board`` None where the
+ * dtype, shape, alloc, per, inplace_at): a lane (above); ``inplace_at``
+ * the offset in the output at which x may lie (an all_gather in place:
+ * the steps read x in their copy steps alone, before any step writes that
+ * part), -1 where x and the output must lie apart; ``board`` None where the
  * transport has no arrival words, ``scratch`` None where the steps work in
  * the output itself, ``reducer`` None where they do not reduce; ``shape``
  * the output's, ``alloc()`` makes one; ``per`` the four byte counts of a
@@ -679,11 +683,12 @@ static PyObject *lane_new(PyObject *self, PyObject *args)
     long polls, seqmask;
     int bounded;
     long long run, key, keytag, per[4];
-    if (!PyArg_ParseTuple(args, "OOOOnnOOOOKlOpnLLLlnOO!O(LLLL)", &seqs, &cells, &counts, &board,
-                          &a_at, &k_at, &steps, &scratch, &tmp, &reducer, &comm, &polls,
+    Py_ssize_t inplace_at;
+    if (!PyArg_ParseTuple(args, "OOOOnnOOOOKlOpnLLLlnOO!O(LLLL)n", &seqs, &cells, &counts,
+                          &board, &a_at, &k_at, &steps, &scratch, &tmp, &reducer, &comm, &polls,
                           &elsewhere, &bounded, &unit, &run, &key, &keytag, &seqmask, &xbytes,
                           &dtype, &PyTuple_Type, &shape, &alloc, &per[0], &per[1], &per[2],
-                          &per[3]))
+                          &per[3], &inplace_at))
         return NULL;
     if (!mpi_bound())
         return NULL;
@@ -769,6 +774,7 @@ static PyObject *lane_new(PyObject *self, PyObject *args)
     L->a = a;
     L->scratch = sc != NULL;
     L->run = run, L->key = key, L->keytag = keytag, L->seqmask = seqmask, L->xbytes = xbytes;
+    L->inplace_at = inplace_at >= 0 && inplace_at + xbytes <= L->obytes ? inplace_at : -1;
     for (int i = 0; i < 4; i++)
         L->per[i] = per[i];
     return cap;
@@ -830,7 +836,7 @@ static PyObject *lane_now(lane_t *L, PyObject *x, PyObject *out)
 }
 
 /* mpi_lane(lane, x, out[, now]): one call of a lane on x into out (None: a new
- * one).  With ``now`` true, only its steps, in the call that Python has
+ * one; x apart from out, or at the lane's place in it).  With ``now`` true, only its steps, in the call that Python has
  * begun (adaptation's timed calls run the algorithm as the lane would):
  * none of the words below is read or moved on.  The output where every step is done; None where the lane does not
  * take this call (nothing moved, nothing counted: the caller goes the long
@@ -887,7 +893,8 @@ static PyObject *mpi_lane(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     int fits = xv.len == L->xbytes && ov.len == L->obytes && ov.ndim == L->ndim &&
                ((char *)xv.buf + xv.len <= (char *)ov.buf ||
-                (char *)ov.buf + ov.len <= (char *)xv.buf);
+                (char *)ov.buf + ov.len <= (char *)xv.buf ||
+                (L->inplace_at >= 0 && (char *)xv.buf == (char *)ov.buf + L->inplace_at));
     for (int i = 0; fits && i < L->ndim; i++)
         fits = ov.shape[i] == L->shape[i];
     if (!fits) {

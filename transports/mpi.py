@@ -595,13 +595,15 @@ class MpiEndpoint(Endpoint):
         return True
 
     def lane(self, plan, scratch, reducer, ub: int, key: int, seqs, cells, run: int, board,
-             xbytes: int, dtype: np.dtype, oshape: tuple):
+             xbytes: int, dtype: np.dtype, oshape: tuple, inplace_at: int = -1):
         """A small call's compiled steps (transports/_native.c, ``lane_new``,
         run by ``mpi_lane``): ``plan`` from an x of ``xbytes`` into an
         output of ``oshape`` and ``dtype``, in units of ``ub`` bytes, through
         ``scratch`` (None: in the output itself), reduced by the kernel
         ``reducer``; ``key`` the call key, ``seqs``, ``cells``, ``run``,
-        ``board`` the words that its calls read and move on (see there).
+        ``board`` the words that its calls read and move on (see there);
+        ``inplace_at``: the byte offset in the output at which x may lie
+        (an all_gather in place), else -1.
         None where the compiled steps are not bound, or MPI is not
         thread-multiple (a compiled call does not take the lock)."""
         state = _swap._state or _swap._bound()
@@ -615,7 +617,7 @@ class MpiEndpoint(Endpoint):
                         scratch, self._tmp, reducer, self.handle, _POLLS, self.t.elsewhere_bytes,
                         bounded, ub, run, key, keytag, SEQ_MASK, xbytes, dtype, tuple(oshape),
                         lambda: np.empty(oshape, dtype),
-                        (sent * ub, inter_sent * ub, got * ub, inter_got * ub))
+                        (sent * ub, inter_sent * ub, got * ub, inter_got * ub), inplace_at)
 
     def late_lane(self, plan, res: tuple, src, buf, reducer, op, ub: int, dst) -> None:
         """Finish a compiled small call (``lane``) that stopped at step
