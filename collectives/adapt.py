@@ -249,7 +249,7 @@ class _Arm:
 
 
 SLOTS = 16  # calls a compiled segment times, at most (transports/_native.c, LANE_SLOTS)
-_NO_TIMES = array.array("q", bytes(16 * SLOTS))
+_NO_TIMES = array.array("q", [0]) * (2 * SLOTS)  # a start and an end a slot
 _NEVER = 1 << 62
 
 

@@ -405,12 +405,18 @@ class Communicator(HostsInfo):
 
     def _small_call(self, ln: Lane, x: np.ndarray, out):
         """A small all_gather or reduce_scatter on arrays like those the
-        general path accepted (``ln``), out of place: the current choice
+        general path accepted (``ln``), that its compiled call did not take:
+        a try's algorithm as one compiled call where adaptation runs one
+        (``_lane_try``); out of place, the current choice
         (adapt.py, ``Chooser.quick``), as one compiled call where it is a
         plan (``_way``); where adaptation has more to do (a try, a timed
         call, an agreement), ``Chooser.run``; with adaptation off, the
         settled choice (``Chooser.steady``).  None where the arrays call for
         the general path."""
+        if ln.ids:  # a try's algorithm, compiled (_lane_try)
+            ran = self._lane_try(ln, x, out)
+            if ran is not None:
+                return ran
         if not x.flags.c_contiguous or self._exec.pending or self._closed:
             return None
         if out is None:
@@ -687,10 +693,6 @@ class Communicator(HostsInfo):
                     ran = _lane(ln.c, x, out)
                     if ran is not None:
                         return ran if type(ran) is not tuple else self._lane_late(ln, x, ran)
-                if ln.ids:  # a try's (_lane_try)
-                    ran = self._lane_try(ln, x, out)
-                    if ran is not None:
-                        return ran
                 ran = self._small_call(ln, x, out)
                 if ran is not None:
                     return ran
@@ -715,10 +717,6 @@ class Communicator(HostsInfo):
                     ran = _lane(ln.c, x, out)
                     if ran is not None:
                         return ran if type(ran) is not tuple else self._lane_late(ln, x, ran)
-                if ln.ids:  # a try's (_lane_try)
-                    ran = self._lane_try(ln, x, out)
-                    if ran is not None:
-                        return ran
                 ran = self._small_call(ln, x, out)
                 if ran is not None:
                     return ran

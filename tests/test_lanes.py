@@ -192,7 +192,8 @@ except CollectiveError as e:
     mismatch = type(e).__name__ + ": " + str(e)
 took_s = time.monotonic() - t0
 
-res = {"in_place": in_place, "in_place_plan": in_place_plan, "adapting": adapting_res, "took": took, "bad": bad, "traffic": traffic_bad, "words": words, "kept": kept,
+res = {"in_place": in_place, "in_place_plan": in_place_plan, "adapting": adapting_res,
+       "took": took, "bad": bad, "traffic": traffic_bad, "words": words, "kept": kept,
        "mismatch": mismatch, "seconds": took_s}
 import mpi4py.MPI as MPI
 allres = MPI.COMM_WORLD.gather(res)

@@ -836,9 +836,10 @@ static PyObject *lane_now(lane_t *L, PyObject *x, PyObject *out)
 }
 
 /* mpi_lane(lane, x, out[, now]): one call of a lane on x into out (None: a new
- * one; x apart from out, or at the lane's place in it).  With ``now`` true, only its steps, in the call that Python has
- * begun (adaptation's timed calls run the algorithm as the lane would):
- * none of the words below is read or moved on.  The output where every step is done; None where the lane does not
+ * one; x apart from out, or at the lane's place in it).  With ``now`` true,
+ * only its steps, in the call that Python has begun (adaptation's timed
+ * calls run the algorithm as the lane would): none of the words below is
+ * read or moved on.  The output where every step is done; None where the lane does not
  * take this call (nothing moved, nothing counted: the caller goes the long
  * way); else (out, seq, step, state, send, recv, got, on_send): the call
  * #seq is under way and that step did not finish whole (mpi_steps). */
