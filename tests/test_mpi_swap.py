@@ -58,7 +58,8 @@ for call, alg in CASES:
     before = calls["swap"]
     for dtype in ("float32", "float64", "int32", "float16"):
         for count in (1, 3, 1000, 70000):
-            for late in (False, True):
+            # a late peer (past the compiled call's polls) in float32's cases
+            for late in (False, True) if dtype == "float32" else (False,):
                 rng = np.random.default_rng(1000 * r + count)
                 x = (rng.random(count * n) * 10).astype(dtype)
                 every = [(np.random.default_rng(1000 * p + count).random(count * n) * 10)
@@ -66,7 +67,7 @@ for call, alg in CASES:
                 got = {}
                 for mode in ("native", "python"):
                     native(mode == "native")
-                    if late and r == n - 1:
+                    if late and mode == "native" and r == n - 1:
                         time.sleep(0.05)
                     t0 = comm.traffic
                     if call == "all_reduce":
