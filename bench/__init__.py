@@ -40,9 +40,13 @@ the size covers.  For gather and scatter, nccl-tests' factor (n-1)/n is used
   ``n/a`` there.  The closing line adds the in-place average.
 * Rounds (``--repeat R``, default 3): this machine's speed drifts, so per
   size every call is timed R times, in turn with the others: round k times
-  our out-of-place call, our in-place call (each algorithm's, with
-  ``--algorithm all``), the baseline's call and a local copy of the
-  message, each as one loop, before round k+1 starts.  A round's figure of a
+  our out-of-place call (each algorithm's, with ``--algorithm all``), the
+  baseline's call and a local copy of the message, each as one loop, before
+  round k+1 starts; then R rounds time our in-place calls the same way.
+  Each form's default learns before its rounds, on its own calls: calls of
+  both forms between two of adaptation's agreements share one choice
+  (docs/algorithms.md, "How the default is chosen"), which a program that
+  calls one form at a size never meets.  A round's figure of a
   call is the largest, over ranks, of each rank's average time per call of a
   loop of ``iters`` calls that starts after a barrier.  ``time`` (and
   ``mpi_time``) is the median of the R rounds' figures.

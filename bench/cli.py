@@ -82,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of timed loop per call and size, all rounds together, "
                         "when -n is not given (default 0.3)")
     p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
-                   help="rounds per size: each round times ours (out of place, in place), "
-                        "MPI's call and a local copy in turn; rows show medians and the "
+                   help="rounds per size: each round times ours out of place, MPI's call "
+                        "and a local copy in turn (then as many rounds of ours in place); "
+                        "rows show medians and the "
                         f"median of the per-round ratios (default {DEFAULT_REPEAT})")
     p.add_argument("-d", "--datatype", default="float32",
                    help="numpy dtype name (default float32)")

@@ -98,8 +98,9 @@ class Table:
         self._print(f"# iters: {iters}  warmup: {warmup}  check: {'yes' if check else 'no'}"
                     "  (algorithm auto:X(source) = the library's default choice, X, taken "
                     "from its table, a tuning file or run-time adaptation)")
-        self._print(f"# rounds: {repeat} a size, each timing ours (out of place, in place), "
-                    "the baseline and a copy of the message in turn; times are medians")
+        self._print(f"# rounds: {repeat} a size, each timing ours out of place, the baseline "
+                    "and a copy of the message in turn, then as many of ours in place; "
+                    "times are medians")
         self._print("# ratio: median over rounds of baseline time / our time out of place "
                     "(> 1: ours faster);  %cpy: median over rounds of busbw / the bandwidth "
                     "of np.copyto of the message's bytes, every rank at once")

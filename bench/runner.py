@@ -178,8 +178,6 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
         calls: dict = {}
         for alg in s.algorithms:
             calls["out", alg] = case.ours(alg)
-            if case.in_place == "own":
-                calls["in", alg] = case.ours_in_place(alg)
             if s.twin and alg is not None:
                 calls["twin", alg] = case.ours(alg)
         mfn = case.baseline(nccl)
@@ -188,9 +186,19 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
         cfn = case.copy()
         if cfn is not None:
             calls["copy"] = cfn
-        if None in s.algorithms:
-            learn(case, [calls[k] for k in (("out", None), ("in", None)) if k in calls], mpicomm)
-        timed = clock.interleaved(calls, s)
+        inplace = {("in", alg): case.ours_in_place(alg) for alg in s.algorithms} \
+            if case.in_place == "own" else {}
+        # out of place (against the baseline), then in place: each form's
+        # default learns and is timed on its own calls, as in a program that
+        # calls it in one form (calls of both forms between two agreements
+        # share one choice: collectives/adapt.py)
+        timed = {}
+        for group in (calls, inplace):
+            if ("out", None) in group or ("in", None) in group:
+                learn(case, [group.get(("out", None)) or group[("in", None)]], mpicomm)
+            if group:
+                timed.update(clock.interleaved(group, s))
+        calls.update(inplace)
         best = _fastest(timed, s.algorithms)
         for alg in s.algorithms:
             out = timed["out", alg]
@@ -211,9 +219,9 @@ def run_collective(name: str, comm, mpicomm, s: Settings, nccl=None) -> Iterator
 
 
 def learn(case: Case, fns: list, mpicomm) -> None:
-    """Before the default is timed at a size, let it learn, untimed, on each
-    of its calls ``fns`` (out of place, in place: each is a form of its own,
-    adapt.py) in turn, as the timed rounds call them: as many calls as its
+    """Before the default is timed at a size, let it learn, untimed, on
+    its calls ``fns`` (one form: out of place or in place) in turn, as the
+    timed rounds call them: as many calls as its
     first tries take (collectives/adapt.py: its first choice's first calls,
     then FIRST_TRIES tries of BURST calls of every other offered algorithm)
     and LEARN_EXTRA more; then on while, on any rank, more of its learning
