@@ -8,7 +8,7 @@ import tempfile
 import pytest
 
 from conformance import COMMS
-from launch import ROOT, drop_mpi_files, mpi_files, run_mpi
+from launch import ROOT, drop_mpi_files, drop_session_dirs, mpi_files, run_mpi, session_dirs
 
 WORLD_SIZES = list(range(1, 9))
 TRANSPORTS = ["shm", "mpi"]
@@ -44,15 +44,19 @@ FAMILIES_ENV = "CONFORMANCE_FAMILIES"
 # taken before any test module is collected: one that imports mpi4py's MPI
 # initializes MPI in this process
 _MPI_FILES_BEFORE = mpi_files()
+_SESSION_DIRS_BEFORE = session_dirs()
 
 
 @pytest.fixture(scope="session", autouse=True)
 def mpi_library_files():
     """The files the MPI library leaves in /dev/shm for ranks killed by the
     tests (MPICH's mpich_shm_*, Open MPI's sm_segment.*) go at the end, as
-    does the one of this process's own MPI_Init under Open MPI."""
+    does the one of this process's own MPI_Init under Open MPI, and so do
+    the session directories (/tmp/ompi.PID, /tmp/prted.PID) of the Open MPI
+    launchers that the tests killed."""
     yield
     drop_mpi_files(_MPI_FILES_BEFORE, own=True)
+    drop_session_dirs(_SESSION_DIRS_BEFORE)
 
 
 def standin_env() -> dict:

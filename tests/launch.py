@@ -3,8 +3,11 @@ Hydra or gforker, Open MPI's prterun)."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from collectives.launcher import Launcher, default, find
@@ -108,6 +111,30 @@ def drop_mpi_files(before: set[str], own: bool = False) -> None:
             os.unlink(os.path.join("/dev/shm", f))
         except FileNotFoundError:
             pass
+
+
+# Open MPI's session directories: prterun's and each prted's, named by its pid
+_SESSION_DIR = re.compile(r"(ompi|prted)\.(\d+)")
+
+
+def session_dirs() -> set[str]:
+    """Open MPI's session directories in the temporary directory."""
+    return {d for d in os.listdir(tempfile.gettempdir()) if _SESSION_DIR.fullmatch(d)}
+
+
+def drop_session_dirs(before: set[str]) -> None:
+    """Remove the session directories that appeared since ``before`` and
+    whose launcher or daemon has ended: a job whose launcher the tests kill
+    (faults, a cut link, a cluster taken down) leaves its directory."""
+    for d in session_dirs() - before:
+        try:
+            os.kill(int(_SESSION_DIR.fullmatch(d).group(2)), 0)
+            continue  # alive: a running job's
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), d), ignore_errors=True)
 
 
 def shm_files(prefix: str = "collectives-") -> set[str]:

@@ -310,6 +310,22 @@ def test_drop_mpi_files_takes_the_jobs_own(tmp_path, monkeypatch):
         ["collectives-x", "maps", "mpich_shm_ffff_0", "other", "sm_segment.h.0.78.0"]
 
 
+def test_drop_session_dirs_takes_ended_launchers_only(tmp_path, monkeypatch):
+    """The session fixture's cleanup of Open MPI's session directories: those
+    that appeared during the session and whose launcher or daemon has ended,
+    never a live one's, one from before, or anything else."""
+    from launch import drop_session_dirs, session_dirs
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = next(p for p in range(4194303, 1, -1) if not os.path.exists(f"/proc/{p}"))
+    (tmp_path / f"prted.{dead}").mkdir()  # from before the session
+    before = session_dirs()
+    for d in (f"ompi.{dead}", f"prted.{os.getpid()}", "ompi.vm.0", f"other.{dead}"):
+        (tmp_path / d / "0").mkdir(parents=True)
+    drop_session_dirs(before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        sorted(["ompi.vm.0", f"other.{dead}", f"prted.{dead}", f"prted.{os.getpid()}"])
+
+
 def test_a_transfer_that_keeps_moving_does_not_time_out():
     """The timeout counts time without progress, not the length of a call: a
     message through one 4 KiB slot that its sender, then its receiver,
