@@ -127,14 +127,21 @@ def drop_session_dirs(before: set[str]) -> None:
     whose launcher or daemon has ended: a job whose launcher the tests kill
     (faults, a cut link, a cluster taken down) leaves its directory."""
     for d in session_dirs() - before:
-        try:
-            os.kill(int(_SESSION_DIR.fullmatch(d).group(2)), 0)
-            continue  # alive: a running job's
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
+        if _running(int(_SESSION_DIR.fullmatch(d).group(2))):
+            continue  # a running job's
         shutil.rmtree(os.path.join(tempfile.gettempdir(), d), ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie, ended
+    and not yet waited for by its parent, has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def shm_files(prefix: str = "collectives-") -> set[str]:

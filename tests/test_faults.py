@@ -316,12 +316,21 @@ def test_drop_session_dirs_takes_ended_launchers_only(tmp_path, monkeypatch):
     never a live one's, one from before, or anything else."""
     from launch import drop_session_dirs, session_dirs
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    import subprocess
     dead = next(p for p in range(4194303, 1, -1) if not os.path.exists(f"/proc/{p}"))
+    zombie = subprocess.Popen(["true"])  # ended, not waited for yet
+    for _ in range(100):
+        with open(f"/proc/{zombie.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.01)
     (tmp_path / f"prted.{dead}").mkdir()  # from before the session
     before = session_dirs()
-    for d in (f"ompi.{dead}", f"prted.{os.getpid()}", "ompi.vm.0", f"other.{dead}"):
+    for d in (f"ompi.{dead}", f"ompi.{zombie.pid}", f"prted.{os.getpid()}", "ompi.vm.0",
+              f"other.{dead}"):
         (tmp_path / d / "0").mkdir(parents=True)
     drop_session_dirs(before)
+    zombie.wait()
     assert sorted(p.name for p in tmp_path.iterdir()) == \
         sorted(["ompi.vm.0", f"other.{dead}", f"prted.{dead}", f"prted.{os.getpid()}"])
 
