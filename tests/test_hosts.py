@@ -88,6 +88,8 @@ def test_layout_arithmetic_and_choice():
         where = Where(4, hier=True, equal_hosts=hosts.equal, per_host=hosts.local_size)
         return row(call, nbytes, where).algorithm
     assert choose("all_reduce", 1 << 20, h) == "hier_slices"
+    assert choose("all_reduce", 4 << 20, h) == choose("all_reduce", 64 << 20, h) == "hier_pipelined"
+    assert choose("all_reduce", 16 << 20, odd) == "hier_leader"
     assert choose("all_reduce", 1 << 20, odd) == "hier_leader"
     assert choose("all_reduce", 8, h) == "recursive_doubling"
     assert choose("all_reduce", 8 << 10, h) == "hier_mirror"
