@@ -11,6 +11,7 @@
     mpiexec -n N python -m bench.probe small [SIZE,...] [--reps R]   # the small all-reduce's two rounds
     mpiexec -n N python -m bench.probe dtypes [SIZE,...] [--reps R]  # half types against float32
     mpiexec -n N python -m bench.probe cuda [SIZE,...] [--reps R]    # the wait between processes
+    mpiexec -n 2 python -m bench.probe parts [SIZE,...] [--reps R]   # an all_to_all's parts against MPI's
 
 ``ab`` times MPI's collective and each algorithm in turn, R times over, and
 prints the median of each: interleaving keeps a machine whose speed drifts
@@ -35,6 +36,10 @@ send/recv round trip between ranks 0 and 1 of numpy and of CuPy arrays, then
 ``all_reduce`` of CuPy arrays at each size, R interleaved rounds, medians:
 on ranks that share a GPU the CuPy round trip is the wait between their
 contexts, whatever the size (docs/gpu.md).
+``parts`` (N = 2) times, on the same plain arrays, MPI's all_to_all, MPI's
+send-receive of the peer's block alone, a copy of the own block alone, and
+our ``one_copy`` and ``direct``, R interleaved rounds, medians: MPI's call
+against the sum of its parts, and ours against both.
 Rank 0 prints; every figure is per call, the slowest rank's mean.
 """
 from __future__ import annotations
@@ -337,6 +342,35 @@ def ab(comm, world, args) -> None:
                   f"  (input on huge pages: {huge})", flush=True)
 
 
+def parts(comm, world, args) -> None:
+    if comm.size != 2:
+        raise SystemExit("bench.probe parts: run it on 2 ranks")
+    r = comm.rank
+    p = 1 - r
+    for nbytes in args.sizes:
+        x = np.full((2, nbytes // 8), r, np.float32)
+        out, o2 = np.empty_like(x), np.empty_like(x)
+        fns = {
+            "MPI all_to_all": lambda: world.Alltoall(x, o2),
+            "MPI sendrecv of the peer's block": lambda: world.Sendrecv(x[p], p, 0, o2[p], p, 0),
+            "np.copyto of the own block": lambda: np.copyto(o2[r], x[r]),
+            "one_copy": lambda: comm.all_to_all(x, out, algorithm="one_copy"),
+            "direct": lambda: comm.all_to_all(x, out, algorithm="direct"),
+        }
+        iters = max(2, min(200, int(0.04 / max(2e-6, nbytes / 3e9))))
+        res: dict = {k: [] for k in fns}
+        for _ in range(args.reps):
+            for k, fn in fns.items():
+                res[k].append(_timed(world, fn, iters))
+        world.Alltoall(x, o2)
+        if not np.array_equal(out, o2):
+            raise SystemExit(f"bench.probe parts: rank {r}: our all_to_all differs from MPI's")
+        if r == 0:
+            print(f"all_to_all, N = 2, {nbytes} B of input a rank:", flush=True)
+            for k, v in res.items():
+                print(f"{statistics.median(v) * 1e6:9.1f} us  {k}", flush=True)
+
+
 def small(comm, world, args) -> None:
     from collectives import kernels
     best = kernels.isa()
@@ -452,6 +486,10 @@ def main() -> None:
     cu.add_argument("sizes", nargs="?", default=[1 << 20, 64 << 20],
                     type=lambda s: [parse_size(v) for v in s.split(",")])
     cu.add_argument("--reps", type=int, default=5)
+    pa = sub.add_parser("parts")
+    pa.add_argument("sizes", nargs="?", default=[1 << 20, 4 << 20],
+                    type=lambda s: [parse_size(v) for v in s.split(",")])
+    pa.add_argument("--reps", type=int, default=7)
     a = sub.add_parser("ab")
     a.add_argument("collective")
     a.add_argument("algorithms")
@@ -470,7 +508,8 @@ def main() -> None:
     transport = "cuda" if args.probe == "cuda" else getattr(args, "transport", "shm")
     with cc.init(transport) as comm:
         {"coherence": coherence, "cma": cma, "alias": alias, "latency": latency, "share": share,
-         "ab": ab, "small": small, "dtypes": dtypes, "huge": huge, "cuda": cuda}[args.probe](
+         "ab": ab, "small": small, "dtypes": dtypes, "huge": huge, "cuda": cuda,
+         "parts": parts}[args.probe](
             comm, MPI.COMM_WORLD, args)
 
 
