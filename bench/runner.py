@@ -223,7 +223,8 @@ def learn(case: Case, fns: list, mpicomm) -> None:
     its calls ``fns`` (one form: out of place or in place) in turn, as the
     timed rounds call them: as many calls as its
     first tries take (collectives/adapt.py: its first choice's first calls,
-    then FIRST_TRIES tries of BURST calls of every other offered algorithm)
+    then FIRST_TRIES tries of BURST calls of every other offered algorithm,
+    each after WATCH calls of the current one)
     and LEARN_EXTRA more; then on while, on any rank, more of its learning
     is due within LEARN_HORIZON calls (a look back at the old choice after a
     switch, a confirmation: ``Chooser.settling``), at most LEARN_MORE times
@@ -235,7 +236,8 @@ def learn(case: Case, fns: list, mpicomm) -> None:
         return
     others = len(comm.algorithms(case.name)) - 1
     mpicomm.Barrier()
-    for _ in range(adapt.FIRST_RUNS + others * adapt.FIRST_TRIES * adapt.BURST + LEARN_EXTRA):
+    for _ in range(adapt.FIRST_RUNS + others * adapt.FIRST_TRIES * (adapt.BURST + adapt.WATCH)
+                   + LEARN_EXTRA):
         for fn in fns:
             fn()
     nbytes, chooser = case.choose_nbytes(), comm._choose

@@ -13,7 +13,8 @@ cost and moves to another algorithm when that one is clearly faster:
   place, where they differ).  Each form has its own measurements (an
   in-place all_to_all and an out-of-place one favour different algorithms).
 - The current algorithm runs its first ``FIRST_RUNS`` calls; then every
-  other offered algorithm is tried ``FIRST_TRIES`` times.  A try is
+  other offered algorithm is tried ``FIRST_TRIES`` times, each try after
+  it the first ``WATCH`` calls of the current one, timed.  A try is
   ``BURST`` calls in a row of which all but the first ``WARMS`` are timed,
   and the current one's first calls are timed as one.  It starts from a
   small all-reduce, so that no rank still owes work to calls before it (a
@@ -50,8 +51,8 @@ cost and moves to another algorithm when that one is clearly faster:
   algorithms on different ranks.
 - It switches when another algorithm's median of its last ``TRIES`` tries
   is ``MARGIN`` below the current one's median of its last ``RUNS`` figures;
-  a try that beats the current one is repeated at once to confirm it, and
-  after a switch the old choice is tried again ``CHECK_BACK`` calls later.
+  a try that beats the current one is repeated, after ``WATCH`` calls of
+  the current one, to confirm it, and after a switch the old choice is tried again ``CHECK_BACK`` calls later.
 
 The all-reduces that agree are bookkeeping: they are not counted in
 ``comm.traffic``.
@@ -81,8 +82,8 @@ MAX_INTERVAL = 1 << 16  # and at most
 TRIES = 3            # an algorithm's estimate: the mean of its last tries
 RUNS = 9             # the current one's: the median of its last calls
 FIRST_TRIES = 2      # tries of every other algorithm after the first choice's first calls
-CHECK_BACK = 4       # calls after a switch before the old choice is tried again
 WATCH = 8            # calls of the current one timed before each try
+CHECK_BACK = WATCH   # calls after a switch before the old choice is tried again
 BURST = 8            # calls of a try in a row, of which
 WARMS = 4            # the first ones warm it up, untimed
 KEEP = WATCH + BURST + 2  # calls' times shared at an agreement, at most
@@ -245,6 +246,13 @@ class _Arm:
                 ratio = t / max(cur, 1e-12)
                 gap = int((ratio - 1) * others * BURST / BUDGET) if ratio > 1 else 0
                 self.due[a] = count + min(MAX_INTERVAL, max(least * others, gap))
+        # no try before WATCH calls of the current one, timed: every try is
+        # compared with the current one's calls just before it, not only
+        # with its first calls (cold: on 2 x 2 hosts an all_gather of 64 B
+        # took 109-174 us in its first run, then 35-40, and a slower
+        # algorithm's tries beat that run and took over)
+        for a, at in self.due.items():
+            self.due[a] = max(at, count + WATCH)
         self.next_at = self.watch_at = 0  # the schedule changed: look again
 
 

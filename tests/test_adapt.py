@@ -214,7 +214,8 @@ def test_choice_carries_its_source():
 
 
 def test_arm_switches_only_on_clearly_faster_tries():
-    """The decision rule alone: a fast try is confirmed at once, two switch; a
+    """The decision rule alone: a fast try is confirmed next (after WATCH timed
+    calls of the current one), two switch; a
     candidate within the margin never takes over; the old choice is tried
     again soon after a switch."""
     arm = adapt._Arm(adapt.Choice("a", "table"), ["b", "c"], 0)
@@ -224,9 +225,11 @@ def test_arm_switches_only_on_clearly_faster_tries():
     arm.times["b"].append(0.5)
     arm.times["c"].extend([0.95, 0.95])
     arm.decide(10)
-    assert arm.current == "a" and arm.due["b"] == 10  # b's second try, at once
+    assert arm.current == "a" and arm.due["b"] == 10 + adapt.WATCH  # b's second try, next
     assert arm.due["c"] >= 10 + adapt.MIN_INTERVAL  # within the margin: later
-    assert [arm.pick(10 + i) for i in range(adapt.BURST)] == \
+    assert [arm.pick(10 + i) for i in range(adapt.WATCH)] == [("a", adapt.RUN)] * adapt.WATCH
+    assert arm.watch_at == 10  # the current one's calls before the try are timed
+    assert [arm.pick(10 + adapt.WATCH + i) for i in range(adapt.BURST)] == \
         [("b", adapt.WARM)] * adapt.WARMS + [("b", adapt.TIMED)] * (adapt.BURST - adapt.WARMS - 1) \
         + [("b", adapt.TRY)]
     arm.times["b"].append(0.5)
