@@ -14,7 +14,7 @@ cost and moves to another algorithm when that one is clearly faster:
   in-place all_to_all and an out-of-place one favour different algorithms).
 - The current algorithm runs its first ``FIRST_RUNS`` calls; then every
   other offered algorithm is tried ``FIRST_TRIES`` times, each try after
-  it the first ``WATCH`` calls of the current one, timed.  A try is
+  ``WATCH`` timed calls of the current one.  A try is
   ``BURST`` calls in a row of which all but the first ``WARMS`` are timed,
   and the current one's first calls are timed as one.  It starts from a
   small all-reduce, so that no rank still owes work to calls before it (a
@@ -52,7 +52,8 @@ cost and moves to another algorithm when that one is clearly faster:
 - It switches when another algorithm's median of its last ``TRIES`` tries
   is ``MARGIN`` below the current one's median of its last ``RUNS`` figures;
   a try that beats the current one is repeated, after ``WATCH`` calls of
-  the current one, to confirm it, and after a switch the old choice is tried again ``CHECK_BACK`` calls later.
+  the current one, to confirm it, and after a switch the old choice is
+  tried again ``CHECK_BACK`` calls later.
 
 The all-reduces that agree are bookkeeping: they are not counted in
 ``comm.traffic``.

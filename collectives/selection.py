@@ -107,9 +107,10 @@ TABLE: dict[str, tuple[Row, ...]] = {
             "from 8 B to 4 KiB, where hier_leader's three steps were 0.60-0.80x",
             hier=True, max_bytes=64 * KiB - 1),
         Row("hier_pipelined", "from 4 MiB: hier_slices chunk by chunk, the link busy while "
-            "the host reduces; 2 x 2 hosts at 1 Gbit/s, 4/16/64 MiB: 1.06/1.13/1.01x "
+            "the host reduces; 2 x 2 hosts at 1 Gbit/s, 4/16/64 MiB: 1.06/1.13/0.97-1.01x "
             "hier_slices. Where the processors are the limit (no rate limit, one kernel's "
-            "emulated hosts) it is 0.6-0.9x, and adaptation moves to hier_slices (hosts.md)",
+            "emulated hosts) it is 0.6-0.9x, and adaptation moves to hier_slices or the flat "
+            "ring (hosts.md)",
             hier=True, min_bytes=4 * MiB),
         Row("hier_slices", "each local rank carries 1/L of the message between hosts",
             hier=True),

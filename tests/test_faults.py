@@ -314,15 +314,14 @@ def test_drop_session_dirs_takes_ended_launchers_only(tmp_path, monkeypatch):
     """The session fixture's cleanup of Open MPI's session directories: those
     that appeared during the session and whose launcher or daemon has ended,
     never a live one's, one from before, or anything else."""
-    from launch import drop_session_dirs, session_dirs
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     import subprocess
+    from launch import _running, drop_session_dirs, session_dirs
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = next(p for p in range(4194303, 1, -1) if not os.path.exists(f"/proc/{p}"))
     zombie = subprocess.Popen(["true"])  # ended, not waited for yet
     for _ in range(100):
-        with open(f"/proc/{zombie.pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                break
+        if not _running(zombie.pid):
+            break
         time.sleep(0.01)
     (tmp_path / f"prted.{dead}").mkdir()  # from before the session
     before = session_dirs()
