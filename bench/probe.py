@@ -16,7 +16,8 @@
 ``ab`` times MPI's collective and each algorithm in turn, R times over, and
 prints the median of each: interleaving keeps a machine whose speed drifts
 from favouring whichever ran first (the default choices come from it).
-``ALG:plain`` runs ALG with no streaming stores in its copies into ``out``
+``default`` is the call with no algorithm named (the selection table, then
+adaptation); ``ALG:plain`` runs ALG with no streaming stores in its copies into ``out``
 (as ``COLLECTIVES_STREAM_BYTES=0`` would), in the same job; ``--alloc comm``
 puts our buffers in communicator-allocated arrays (as ``bench --alloc comm``);
 Each ``ab`` line ends with the share of every rank's input that huge pages
@@ -38,8 +39,9 @@ on ranks that share a GPU the CuPy round trip is the wait between their
 contexts, whatever the size (docs/gpu.md).
 ``parts`` (N = 2) times, on the same plain arrays, MPI's all_to_all, MPI's
 send-receive of the peer's block alone, a copy of the own block alone, and
-our ``one_copy`` and ``direct``, R interleaved rounds, medians: MPI's call
-against the sum of its parts, and ours against both.
+our ``one_copy`` (its compiled gather, and its Python steps) and
+``direct``, R interleaved rounds, medians: MPI's call against the sum of
+its parts, and ours against both.
 Rank 0 prints; every figure is per call, the slowest rank's mean.
 """
 from __future__ import annotations
@@ -324,7 +326,7 @@ def ab(comm, world, args) -> None:
         if args.alloc == "comm":
             case.in_regions()
         fns = {a: (_plain_copies(case.ours(a[:-len(":plain")])) if a.endswith(":plain")
-                   else case.ours(a)) for a in algs}
+                   else case.ours(None if a == "default" else a)) for a in algs}
         fns["MPI"] = case.baseline(None)
         res: dict = {k: [] for k in fns}
         iters = max(2, min(200, int(0.04 / max(2e-6, nbytes / 3e9))))
@@ -342,6 +344,17 @@ def ab(comm, world, args) -> None:
                   f"  (input on huge pages: {huge})", flush=True)
 
 
+def _python_steps(call) -> None:
+    """``call()`` with the compiled one-copy gather off (OneCopy.gather's
+    Python steps: expose, read, finish)."""
+    from transports.shm import one_copy
+    compiled, one_copy._gather = one_copy._gather, None
+    try:
+        call()
+    finally:
+        one_copy._gather = compiled
+
+
 def parts(comm, world, args) -> None:
     if comm.size != 2:
         raise SystemExit("bench.probe parts: run it on 2 ranks")
@@ -355,6 +368,8 @@ def parts(comm, world, args) -> None:
             "MPI sendrecv of the peer's block": lambda: world.Sendrecv(x[p], p, 0, o2[p], p, 0),
             "np.copyto of the own block": lambda: np.copyto(o2[r], x[r]),
             "one_copy": lambda: comm.all_to_all(x, out, algorithm="one_copy"),
+            "one_copy, Python's steps": lambda: _python_steps(
+                lambda: comm.all_to_all(x, out, algorithm="one_copy")),
             "direct": lambda: comm.all_to_all(x, out, algorithm="direct"),
         }
         iters = max(2, min(200, int(0.04 / max(2e-6, nbytes / 3e9))))

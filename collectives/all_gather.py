@@ -22,7 +22,7 @@ from . import ring as _ring
 from . import streaming
 from .arrays import address
 from .algorithm import Algorithm, Family
-from .one_copy import read_all, regions_or_staged
+from .one_copy import gathered, read_all, regions_or_staged
 from .ranks import Fold, chunks, round_bytes
 
 
@@ -130,8 +130,11 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Every rank reads every peer's ``x`` straight into its block of ``out``,
-    then copies its own (the peers need not wait for it)."""
-    _one_copy(ep, ep.expose(x), x, out)
+    then copies its own (the peers need not wait for it); in one compiled
+    call where the transport has one (one_copy.py's ``gathered``)."""
+    own = address(out[ep.rank * x.size:(ep.rank + 1) * x.size]) != address(x)
+    if not gathered(ep, x, out, x.nbytes, 0, own):
+        _one_copy(ep, ep.expose(x), x, out)
 
 
 def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray) -> None:

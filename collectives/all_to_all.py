@@ -17,7 +17,7 @@ from transports import Endpoint
 
 from . import selection, streaming
 from .algorithm import Algorithm, Family
-from .one_copy import read_all, regions_or_staged
+from .one_copy import gathered, read_all, regions_or_staged
 from .ranks import chunks, peer_index, round_bytes
 
 
@@ -91,13 +91,16 @@ def direct(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
 def one_copy(ep: Endpoint, x: np.ndarray, out: np.ndarray) -> None:
     """Each rank reads block ``rank`` of every peer's ``x`` straight into
     ``out``, then copies its own (in place, x is copied first: the peers
-    read it while out fills)."""
+    read it while out fills); in one compiled call where the transport has
+    one (one_copy.py's ``gathered``)."""
     own = out is not x
     if not own:
         x = _kept(ep, x)
     elif np.may_share_memory(out, x):
         x = x.copy()
-    _one_copy(ep, ep.expose(x), x, out, own)
+    b = out.nbytes // ep.size
+    if not gathered(ep, x, out, b, ep.rank * b, own):
+        _one_copy(ep, ep.expose(x), x, out, own)
 
 
 def _one_copy(ep: Endpoint, rem, x: np.ndarray, out: np.ndarray, own: bool = True) -> None:

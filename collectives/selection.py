@@ -170,9 +170,9 @@ TABLE: dict[str, tuple[Row, ...]] = {
         Row("one_copy_or_staged", "N >= 3, output from 16 MiB: direct's half-megabyte "
             "rounds beat process_vm_readv; the mappings of communicator-allocated arrays "
             "beat both", one_copy=True, min_total=16 * MiB),
-        Row("one_copy_or_staged", "N = 2, output from 2 MiB: direct on plain arrays, the "
-            "mappings of communicator-allocated ones", one_copy=True, ranks=(2, 2),
-            min_total=2 * MiB),
+        Row("one_copy_or_staged", "N = 2, communicator-allocated arrays, output from 2 MiB: "
+            "the mappings", one_copy=True, ranks=(2, 2), min_total=2 * MiB,
+            kinds=("allocated",)),
         Row("ring", "messages at N = 2: one exchange (4 to 64 KiB of output: 9-14 against "
             "direct's 12-16 us)", ranks=(2, 2), **_MSG),
         Row("bruck", "messages at N = 3-4, blocks to 256 KiB: ceil(log2 N) rounds (N = 4, "
@@ -180,6 +180,10 @@ TABLE: dict[str, tuple[Row, ...]] = {
             max_bytes=256 * KiB, **_MSG),
         Row("direct", "one round through the exchange buffers while a block fits them",
             max_bytes=32 * KiB),
+        Row("one_copy", "N = 2, plain arrays, blocks from 32 KiB: one compiled call; 64 KiB "
+            "to 16 MiB of output: 0.47-0.87 of direct's time and 0.90-1.04 of the ring's, "
+            "under MPICH and Open MPI, bound or not (performance.md)", one_copy=True,
+            ranks=(2, 2), kinds=("plain",)),
         Row("direct", "staged: no context switch per step; beats the ring from 64 KiB to "
             "8 MiB at N = 2", shared=True),
         Row("ring", "messages: one copy per block (Bruck's fewer rounds lose above 32 KiB)"),
@@ -204,6 +208,10 @@ TABLE: dict[str, tuple[Row, ...]] = {
     ),
     "all_to_all": (
         _HIER,
+        Row("one_copy", "N = 2, plain arrays, from 16 KiB: one compiled call, no slow state; "
+            "1 MiB: 66-72 us against direct's 57-61 where it runs fast and 250-300 where it "
+            "does not (half the jobs, MPICH and Open MPI, bound or not; performance.md)",
+            one_copy=True, ranks=(2, 2), kinds=("plain",), min_bytes=16 * KiB),
         Row("one_copy_or_staged", "from 4 MiB: 1.5-1.7x MPICH on communicator-allocated "
             "arrays, where direct gave 0.9-1.1x", one_copy=True,
             min_bytes=ALL_TO_ALL_ALLOCATED_READ_BYTES),

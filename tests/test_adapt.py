@@ -64,6 +64,16 @@ def test_table_rows_pick_as_measured():
     assert selection.row("all_reduce", 256 << 10, w(4)).algorithm == "halving_doubling"
     assert selection.row("all_reduce", 256 << 10, w(3)).algorithm == "ring"
     assert selection.row("all_gather", 8 << 20, w(2, True, True)).algorithm == "one_copy"
+    at2 = w(2, True, True)
+    assert selection.row("all_gather", 32 << 10, at2).algorithm == "direct"  # exchange buffers
+    assert selection.row("all_gather", 64 << 10, at2).algorithm == "one_copy"
+    alloc = at2.of_kind("allocated")
+    assert selection.row("all_gather", 64 << 10, alloc).algorithm == "direct"
+    assert selection.row("all_gather", 1 << 20, alloc).algorithm == "one_copy_or_staged"
+    assert selection.row("all_to_all", 16 << 10, at2).algorithm == "one_copy"
+    assert selection.row("all_to_all", 8 << 10, at2).algorithm == "direct"
+    assert selection.row("all_to_all", 64 << 20, alloc).algorithm == "one_copy_or_staged"
+    assert selection.row("all_to_all", 1 << 20, w(3, True, True)).algorithm == "direct"
     assert selection.row("barrier", 0, w(17)).algorithm == "dissemination"
 
 

@@ -429,7 +429,7 @@ def test_probes_print_their_figures():
     assert "N=2 all_reduce     65536 B" in p.stdout and "bfloat16" in p.stdout, p.stdout
     p = _bench(2, "parts", "64K", "--reps", "1", module="bench.probe")
     assert "all_to_all, N = 2, 65536 B" in p.stdout and \
-        len(re.findall(r"^ +[\d.]+ us  (MPI|np|one_copy|direct)", p.stdout, re.M)) == 5, p.stdout
+        len(re.findall(r"^ +[\d.]+ us  (MPI|np|one_copy|direct)", p.stdout, re.M)) == 6, p.stdout
     p = _bench(2, "alias", "--reps", "1", module="bench.probe")
     assert re.search(r"^-48: [\d.]+ .*\+256: [\d.]+$", p.stdout, re.M), p.stdout
 

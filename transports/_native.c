@@ -91,6 +91,7 @@ static PyObject *stream_copy(PyObject *self, PyObject *args)
 
 #ifdef __linux__
 #include <limits.h>
+#include <errno.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -130,6 +131,25 @@ enum { P_BELL, P_SLEEP, P_SEQ, P_META0, P_META1, P_BUF0, P_BUF1 };
  * between polls: under KVM it can exit to the host (pause-loop exiting),
  * 200 to 300 ns a PAUSE measured on the development VM. */
 #define XR_POLLS 2048
+
+/* Ring every peer of n ranks but me: bump its doorbell, and wake it where
+ * one of its SLEEPING flags (coll's, p2p's) is set.  ranks[stride * p] is
+ * rank p's doorbell, ranks[stride * p + 1] its coll SLEEPING flag (u32
+ * indices; p2p's follows it). */
+_Static_assert(P_BELL == 0 && P_SLEEP == 1, "ring_peers reads a rank's doorbell, then its flag");
+static void ring_peers(volatile uint32_t *u32, const int64_t *ranks, int64_t stride, int64_t n,
+                       int64_t me)
+{
+    for (int64_t p = 0; p < n; p++) {
+        if (p == me)
+            continue;
+        const int64_t *r = ranks + stride * p;
+        /* a locked add: the new doorbell is visible before the flags are read */
+        __atomic_fetch_add((uint32_t *)(u32 + r[0]), 1u, __ATOMIC_SEQ_CST);
+        if (u32[r[1]] || u32[r[1] + 1])
+            syscall(SYS_futex, (uint32_t *)(u32 + r[0]), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+}
 
 static PyObject *exchange_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -197,15 +217,7 @@ static PyObject *exchange_reduce(PyObject *self, PyObject *const *args, Py_ssize
     w[1] = call;
     w[2] = key;
     __atomic_store_n(q + mine[P_SEQ], (int64_t)k, __ATOMIC_RELEASE);
-    for (int64_t p = 0; p < n; p++) {
-        if (p == me)
-            continue;
-        const int64_t *r = pl + PLAN_HEAD + PLAN_STRIDE * p;
-        /* a locked add: the new doorbell is visible before the flags are read */
-        __atomic_fetch_add((uint32_t *)(u32 + r[P_BELL]), 1u, __ATOMIC_SEQ_CST);
-        if (u32[r[P_SLEEP]] || u32[r[P_SLEEP] + 1])
-            syscall(SYS_futex, (uint32_t *)(u32 + r[P_BELL]), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    }
+    ring_peers(u32, pl + PLAN_HEAD, PLAN_STRIDE, n, me);
     int64_t late = -1;
     for (int poll = 0; poll < XR_POLLS; poll++) {
         late = -1;
@@ -237,6 +249,155 @@ done:
     PyBuffer_Release(&plan);
     PyBuffer_Release(&x);
     PyBuffer_Release(&out);
+    return result;
+}
+#endif
+
+#ifdef EXCHANGE_REDUCE
+#include <sys/uio.h>
+/* The one-copy gather (transports/shm/one_copy.py, OneCopy.gather): publish
+ * this rank's source, read block p of the output from every peer p with
+ * process_vm_readv, copy the own block, say done and look for the peers'
+ * done, in one call: the protocol of OneCopy.expose, Remote.read and
+ * Remote.finish word for word.  The plan (an int64 array that OneCopy builds
+ * once):
+ *   [base address, N, this rank, the block's word offsets D_POSTED, D_ADDR,
+ *    D_BYTES, D_CALL, D_KEY, D_DONE, D_HUGE,
+ *    then per rank: doorbell (u32 index), its coll SLEEPING flag (u32
+ *    index), its one-copy block (i64 index), its process id].
+ * Like exchange_reduce it holds the GIL while it looks for peers (a bounded
+ * number of polls) and hands a late peer to Python's wait; the reads and the
+ * copy run without the GIL, as ctypes' system calls and numpy's copies do. */
+enum { OC_HEAD = 10, OC_STRIDE = 4 };
+enum { OC_BELL, OC_SLEEP, OC_BLOCK, OC_PID };
+_Static_assert(OC_BELL == 0 && OC_SLEEP == 1, "ring_peers reads a rank's doorbell, then its flag");
+enum { OC_DONE = 0, OC_LATE = 1, OC_MISMATCH = 2, OC_LATE_DONE = 3 };
+
+/* whether every peer's word `field` of its block is k, within XR_POLLS looks */
+static int oc_all(const int64_t *pl, int64_t *q, int64_t n, int64_t me, int64_t field, int64_t k)
+{
+    for (int poll = 0; poll < XR_POLLS; poll++) {
+        int64_t p = 0;
+        for (; p < n; p++)
+            if (p != me && __atomic_load_n(q + pl[OC_HEAD + OC_STRIDE * p + OC_BLOCK] + field,
+                                           __ATOMIC_ACQUIRE) != k)
+                break;
+        if (p == n)
+            return 1;
+    }
+    return 0;
+}
+
+/* one_copy_gather(plan, phase, k, call, key, x, xbytes, out, nb, off, own_off, own):
+ * addresses and sizes as ints (the caller has checked its arrays).  Phase 0
+ * publishes x's xbytes bytes as publication k and looks for the peers'; 1
+ * goes on once Python has waited for them.  Then out + p * nb gets bytes
+ * [off, off + nb) of every peer p's source, and (own: 1 plain, 2 with
+ * streaming stores) out + rank * nb gets x + own_off's nb bytes.  Returns
+ * OC_DONE; OC_LATE where a peer has not published (call again with phase 1
+ * once it has); OC_MISMATCH where a peer is in another call or call size;
+ * OC_LATE_DONE where every read is done and a peer has not finished (Python
+ * waits for its done word); (4, p, published bytes) where peer p published
+ * fewer than off + nb bytes; (5, p, errno) where reading from p failed
+ * (nothing said done then). */
+static PyObject *one_copy_gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "one_copy_gather takes 12 arguments");
+        return NULL;
+    }
+    long long v[11];
+    for (int i = 0; i < 11; i++)
+        v[i] = PyLong_AsLongLong(args[i + 1]);
+    if (PyErr_Occurred())
+        return NULL;
+    long long phase = v[0], k = v[1], call = v[2], key = v[3], xaddr = v[4], xbytes = v[5];
+    long long oaddr = v[6], nb = v[7], off = v[8], own_off = v[9], own = v[10];
+    Py_buffer plan;
+    if (PyObject_GetBuffer(args[0], &plan, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const int64_t *pl = (const int64_t *)plan.buf;
+    size_t words = (size_t)plan.len / sizeof(int64_t);
+    int64_t n = words >= OC_HEAD ? pl[1] : 0, me = words >= OC_HEAD ? pl[2] : -1;
+    PyObject *result = NULL;
+    if (n < 2 || me < 0 || me >= n || (size_t)n > (words - OC_HEAD) / OC_STRIDE || k < 1 ||
+        nb < 0 || off < 0 || xbytes < 0 || (own && (own_off < 0 || own_off + nb > xbytes))) {
+        PyErr_SetString(PyExc_ValueError, "one_copy_gather: bad arguments");
+        goto done;
+    }
+    char *base = (char *)(intptr_t)pl[0];
+    volatile uint32_t *u32 = (volatile uint32_t *)base;
+    int64_t *q = (int64_t *)base;
+    const int64_t F_POSTED = pl[3], F_ADDR = pl[4], F_BYTES = pl[5], F_CALL = pl[6];
+    const int64_t F_KEY = pl[7], F_DONE = pl[8], F_HUGE = pl[9];
+    volatile int64_t *mine = q + pl[OC_HEAD + OC_STRIDE * me + OC_BLOCK];
+    if (phase == 0) {
+        mine[F_ADDR] = xbytes ? xaddr : 0;
+        mine[F_BYTES] = xbytes;
+        mine[F_HUGE] = 0;
+        mine[F_CALL] = call;
+        mine[F_KEY] = key;
+        __atomic_store_n((int64_t *)&mine[F_POSTED], (int64_t)k, __ATOMIC_RELEASE);
+        ring_peers(u32, pl + OC_HEAD, OC_STRIDE, n, me);
+        if (!oc_all(pl, q, n, me, F_POSTED, k)) {
+            result = PyLong_FromLong(OC_LATE);
+            goto done;
+        }
+    }
+    for (int64_t p = 0; p < n; p++) {
+        volatile int64_t *b = q + pl[OC_HEAD + OC_STRIDE * p + OC_BLOCK];
+        if (p != me && (b[F_CALL] != call || b[F_KEY] != key)) {
+            result = PyLong_FromLong(OC_MISMATCH);
+            goto done;
+        }
+    }
+    for (int64_t p = 0; p < n; p++) {
+        volatile int64_t *b = q + pl[OC_HEAD + OC_STRIDE * p + OC_BLOCK];
+        if (p != me && nb && off + nb > b[F_BYTES]) {
+            result = Py_BuildValue("iLL", 4, (long long)p, (long long)b[F_BYTES]);
+            goto done;
+        }
+    }
+    int64_t failed = -1;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 1; i < n && nb && failed < 0; i++) {
+        int64_t p = (me + i) % n;
+        const int64_t *r = pl + OC_HEAD + OC_STRIDE * p;
+        char *src = (char *)(intptr_t)q[r[OC_BLOCK] + F_ADDR] + off;
+        char *dst = (char *)(intptr_t)oaddr + p * nb;
+        long long got = 0;
+        while (got < nb) {
+            struct iovec local = {dst + got, (size_t)(nb - got)};
+            struct iovec remote = {src + got, (size_t)(nb - got)};
+            ssize_t m = syscall(SYS_process_vm_readv, (pid_t)r[OC_PID], &local, 1UL, &remote,
+                                1UL, 0UL);
+            if (m <= 0) {
+                failed = p;
+                err = m < 0 ? errno : EIO;
+                break;
+            }
+            got += m;
+        }
+    }
+    if (failed < 0 && own && nb) {
+        char *dst = (char *)(intptr_t)oaddr + me * nb;
+        const char *src = (const char *)(intptr_t)xaddr + own_off;
+        if (own == 2)
+            stream_copy_bytes(dst, src, (size_t)nb);
+        else
+            memcpy(dst, src, (size_t)nb);
+    }
+    Py_END_ALLOW_THREADS
+    if (failed >= 0) {
+        result = Py_BuildValue("iLi", 5, (long long)failed, err);
+        goto done;
+    }
+    __atomic_store_n((int64_t *)&mine[F_DONE], (int64_t)k, __ATOMIC_RELEASE);
+    ring_peers(u32, pl + OC_HEAD, OC_STRIDE, n, me);
+    result = PyLong_FromLong(oc_all(pl, q, n, me, F_DONE, k) ? OC_DONE : OC_LATE_DONE);
+done:
+    PyBuffer_Release(&plan);
     return result;
 }
 #endif
@@ -950,6 +1111,10 @@ static PyMethodDef methods[] = {
     {"exchange_reduce", (PyCFunction)(void (*)(void))exchange_reduce, METH_FASTCALL,
      "exchange_reduce(reducer, plan, x, out, k, call, key): the small all-reduce of x "
      "into out through the shm exchange buffers; 0 done, 1 a peer is late, 2 mismatch"},
+    {"one_copy_gather", (PyCFunction)(void (*)(void))one_copy_gather, METH_FASTCALL,
+     "one_copy_gather(plan, phase, k, call, key, x, xbytes, out, nb, off, own_off, own): "
+     "a one-copy gather of blocks on shm; 0 done, 1 a peer is late, 2 mismatch, 3 a peer "
+     "has not finished, or a tuple naming the peer that failed"},
 #endif
 #ifdef MPI_SWAP
     {"mpi_bind", mpi_bind, METH_VARARGS,

@@ -26,6 +26,7 @@ CollectiveTimeout, a failed read names the rank.
 from __future__ import annotations
 
 import errno
+import os
 import time
 from typing import Callable
 
@@ -37,6 +38,12 @@ from ..errors import CollectiveError, PeerFailure, mismatched
 from . import _cma, _thp
 from .regions import Regions
 from .segment import D_ADDR, D_BYTES, D_CALL, D_DONE, D_HUGE, D_KEY, D_POSTED, Segment
+
+try:
+    from .. import _native
+    _gather = getattr(_native, "one_copy_gather", None)
+except ImportError:  # not built: the Python path alone
+    _gather = None
 
 PRESPIN = 8  # looks at late peers before waiting like any call (as exchange does)
 # a read that fails while its owner is being killed: how long to wait for the
@@ -58,6 +65,13 @@ class OneCopy:
         self.theirs = [seg.layout.one_copy(p) for p in peers]
         self.block_of = dict(zip(peers, self.theirs))
         self.seq = 0
+        # the compiled gather's plan (transports/_native.c, one_copy_gather)
+        n = seg.layout.n
+        self.plan = np.array(
+            [seg.addr, n, seg.rank, D_POSTED, D_ADDR, D_BYTES, D_CALL, D_KEY, D_DONE, D_HUGE]
+            + [w for r in range(n) for w in (seg.bells[r], seg.sleeping[r],
+                                             seg.layout.one_copy(r), liveness.pids[r])],
+            np.int64)
 
     def expose(self, ep, buf, huge: bool = False) -> Remote:
         """Publish ``buf`` (a contiguous array, or None: nothing to read here)
@@ -77,7 +91,50 @@ class OneCopy:
         for p in self.peers:
             seg.ring(p)
         self._wait(D_POSTED, k, ep.block)
-        me = self.rank
+        self._check(tag, key)
+        return Remote(self, k, ep)
+
+    def gather(self, ep, x: np.ndarray, out: np.ndarray, nb: int, off: int, own_off: int,
+               own: int) -> bool:
+        """``expose(x)``, then block p of ``out`` (``nb`` bytes at ``p * nb``)
+        = bytes [off, off + nb) of every peer p's source, and (``own``: 1
+        with np.copyto's copy, 2 with streaming stores) this rank's block =
+        x's ``nb`` bytes from ``own_off``, then ``finish``: the whole of a
+        one-copy all_gather or all_to_all in one compiled call
+        (transports/_native.c, ``one_copy_gather``), the peers read with
+        process_vm_readv.  False, having done nothing, where it is not built
+        or this rank maps a peer's communicator-allocated arrays (whose reads
+        go through the mapping: ``Remote.read``).  Waits, checks and errors
+        are expose's, read's and finish's.  ``x`` and ``out``: contiguous."""
+        regions = self.regions
+        if _gather is None or (regions is not None and any(regions.peers)):
+            return False
+        self.seq = k = self.seq + 1
+        tag, key, plan = ep.tag, ep.call_bytes, self.plan
+        xa, xb, oa = address(x) if x.nbytes else 0, x.nbytes, address(out)
+        code = _gather(plan, 0, k, tag, key, xa, xb, oa, nb, off, own_off, own)
+        if code == 1:  # a peer is late: wait as any call, then go on
+            self._wait(D_POSTED, k, ep.block)
+            code = _gather(plan, 1, k, tag, key, xa, xb, oa, nb, off, own_off, own)
+        if code == 2:
+            self._check(tag, key)
+        if type(code) is tuple:
+            what, p, v = code
+            if what == 4:
+                _short(p, v, self.rank, off, nb)
+            pid = self.liveness.pids[p]
+            Remote(self, k, ep)._failed(
+                p, OSError(v, f"process_vm_readv with pid {pid}: {os.strerror(v)}"))
+        n = len(self.peers) * nb
+        ep.recv_bytes += n
+        ep.sent_bytes += n
+        if code == 3:  # a peer has not finished reading
+            self._wait(D_DONE, k, ep.block)
+        return True
+
+    def _check(self, tag: int, key: int) -> None:
+        """Raise where a peer's publication is of another call or call size."""
+        q, me = self.seg.q64, self.rank
         for p, i in zip(self.peers, self.theirs):
             if q[i + D_CALL] != tag or q[i + D_KEY] != key:
                 if q[i + D_CALL] == tag:
@@ -85,7 +142,6 @@ class OneCopy:
                 raise CollectiveError(
                     f"mismatched collectives: rank {p} is in call #{q[i + D_CALL]} where rank "
                     f"{me} is in call #{tag}", ranks=[p])
-        return Remote(self, k, ep)
 
     def _wait(self, field: int, k: int, block: Callable) -> None:
         """Until every peer's ``field`` word is k."""
@@ -154,10 +210,7 @@ class Remote:
         """The address of bytes [off, off + n) of peer p's source, checked."""
         q, i = self.d.seg.q64, self.d.block_of[p]
         if off < 0 or off + n > q[i + D_BYTES]:
-            raise CollectiveError(
-                f"rank {p} published {q[i + D_BYTES]} bytes where rank {self.d.rank} reads "
-                f"bytes {off} to {off + n} (shape, dtype or count differ between ranks)",
-                ranks=[p])
+            _short(p, q[i + D_BYTES], self.d.rank, off, n)
         return q[i + D_ADDR] + off
 
     def read(self, p: int, off: int, dest, copy: Callable = np.copyto) -> None:
@@ -206,15 +259,18 @@ class Remote:
         return out
 
     def _cma(self, p: int, addr: int, buf: np.ndarray, write: bool = False) -> None:
-        liveness = self.d.liveness
         try:
-            (_cma.write if write else _cma.read)(liveness.pids[p], addr, buf)
+            (_cma.write if write else _cma.read)(self.d.liveness.pids[p], addr, buf)
         except OSError as e:
-            if e.errno == errno.ESRCH or _dies(liveness, p):
-                raise PeerFailure(f"rank(s) [{p}] died during {self.ep.what}",
-                                  ranks=[p]) from None
-            raise CollectiveError(f"{'writing into' if write else 'reading'} rank {p}'s "
-                                  f"memory failed: {e}", ranks=[p]) from None
+            self._failed(p, e, write)
+
+    def _failed(self, p: int, e: OSError, write: bool = False) -> None:
+        """Raise for a read from (``write``: into) rank p's memory that failed with ``e``."""
+        liveness = self.d.liveness
+        if e.errno == errno.ESRCH or _dies(liveness, p):
+            raise PeerFailure(f"rank(s) [{p}] died during {self.ep.what}", ranks=[p]) from None
+        raise CollectiveError(f"{'writing into' if write else 'reading'} rank {p}'s "
+                              f"memory failed: {e}", ranks=[p]) from None
 
     def finish(self, sent: int = 0, received: int = 0) -> None:
         """Say this rank has finished reading (and writing); return once every
@@ -229,6 +285,13 @@ class Remote:
         for p in d.peers:
             seg.ring(p)
         d._wait(D_DONE, self.k, self.ep.block)
+
+
+def _short(p: int, have: int, me: int, off: int, n: int) -> None:
+    """Raise for rank ``me``'s read of bytes [off, off + n) where rank p published ``have``."""
+    raise CollectiveError(
+        f"rank {p} published {have} bytes where rank {me} reads bytes {off} to {off + n} "
+        "(shape, dtype or count differ between ranks)", ranks=[p])
 
 
 def _dies(liveness, p: int) -> bool:

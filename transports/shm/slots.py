@@ -484,6 +484,10 @@ class ShmEndpoint(Endpoint):
             return super().expose(buf)
         return self.reader.expose(self, buf, huge)
 
+    def gather_blocks(self, x, out, nb: int, off: int, own_off: int, own: int) -> bool:
+        """The one-copy gather of blocks in one compiled call (``OneCopy.gather``)."""
+        return self.reader is not None and self.reader.gather(self, x, out, nb, off, own_off, own)
+
     # -- exchange through the exchange buffers -------------------------------
     def stage(self, count: int, like: np.ndarray) -> np.ndarray:
         """This rank's exchange buffer for the next exchange(), as ``count``
