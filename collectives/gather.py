@@ -18,6 +18,7 @@ from transports import Endpoint
 
 from . import selection, streaming
 from .arrays import address, empty
+from .one_copy import gathered
 from .algorithm import Algorithm, Family
 from .ranks import absolute, rel
 
@@ -161,8 +162,12 @@ def _split(ep: Endpoint, x: np.ndarray, out, root: int) -> None:
 
 def scatter_one_copy(ep: Endpoint, x, out: np.ndarray, root: int) -> None:
     """Every other rank reads its block of root's ``x`` straight into ``out``
-    (root copies its own while they read)."""
+    (root copies its own while they read); in one compiled call where the
+    transport has one (one_copy.py's ``gathered``)."""
     n, me = ep.size, ep.rank
+    if gathered(ep, x if me == root else None, out, out.nbytes, me * out.nbytes,
+                me == root and not _is_block(x, root, out), root):
+        return
     rem = ep.expose(x if me == root else None)
     if me == root and not _is_block(x, root, out):
         np.copyto(out, x[root * out.size:(root + 1) * out.size])

@@ -49,14 +49,16 @@ def regions_or_staged(ep, src: np.ndarray | None, in_regions: Callable, staged: 
     staged()
 
 
-def gathered(ep, x: np.ndarray, out: np.ndarray, nb: int, off: int, own: bool) -> bool:
+def gathered(ep, x: np.ndarray | None, out: np.ndarray, nb: int, off: int, own: bool,
+             only: int = -1) -> bool:
     """Block p of ``out`` (``nb`` bytes) = bytes [off, off + nb) of every
     peer p's ``x``, and this rank's (``own``) = the same bytes of its own
-    ``x``, in one compiled call where the transport has one
+    ``x`` (``only``, a scatter's root: ``out`` = those bytes of its ``x``
+    alone), in one compiled call where the transport has one
     (``Endpoint.gather_blocks``; the own block streamed as
     ``streaming.copier`` would); False, having done nothing, elsewhere."""
     kind = 0 if not own else 2 if streaming.copier(out, ep.size) is streaming.stream_copy else 1
-    return ep.gather_blocks(x, out, nb, off, off, kind)
+    return ep.gather_blocks(x, out, nb, off, off, kind, only)
 
 
 def read_all(rem, ep, blocks: Callable[[int], tuple[int, np.ndarray]],

@@ -170,7 +170,7 @@ def test_killed_rank_in_a_one_copy_read(n):
     other call; and in gather_v without counts, whose senders of large
     blocks write them into root's out once root has told them where."""
     calls = ("all_gather:one_copy,all_to_all:one_copy,broadcast:one_copy,all_reduce:one_copy,"
-             "gather:one_copy,gather_v")
+             "gather:one_copy,scatter:one_copy,gather_v")
     _survivors_fail(fault_job(n, "kill", "shm", [calls]), n, "shm", calls)
 
 

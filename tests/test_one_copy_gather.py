@@ -6,8 +6,9 @@ In process: rank 0's publications run on a segment in a numpy buffer laid
 out as the shm transport lays it out, and the test plays the peers, writing
 their words as their ``expose`` and ``finish`` would; their sources are
 arrays of this process (process_vm_readv reads its own process as any
-other).  Then, under mpiexec, that all_gather and all_to_all's ``one_copy``
-take the compiled call, and that what they give is numpy's."""
+other).  Then, under mpiexec, that all_gather's, all_to_all's and
+scatter's ``one_copy`` take the compiled call, and that what they give is
+numpy's."""
 from __future__ import annotations
 
 import json
@@ -131,6 +132,27 @@ def test_offsets_read_the_right_bytes():
         assert out[p * nb:(p + 1) * nb].tobytes() == srcs[p][2 * nb:].tobytes()
 
 
+@pytest.mark.parametrize("root", [0, 1])
+def test_scatter_reads_roots_block_alone(root):
+    """``only`` (a scatter's root): a non-root reads its block of root's
+    source into out and nothing of the others' (which publish nothing);
+    root reads nothing and copies its own block into out; both count what
+    moved."""
+    seg = Segment(3)
+    nb = 5000
+    srcs = sources(3, 3 * nb)
+    for p in (1, 2):
+        seg.post(p, 1, srcs[p] if p == root else srcs[p][:0], 9, nb)
+        seg.done(p, 1)
+    out = np.zeros(nb, np.uint8)
+    ep = Endpoint(9, nb)
+    x = srcs[0] if root == 0 else None
+    assert seg.oc.gather(ep, x, out, nb, 0, 0, int(root == 0), root)
+    assert out.tobytes() == srcs[root][:nb].tobytes()
+    assert seg.words(0)[1:3] == ((address(srcs[0]), 3 * nb) if root == 0 else (0, 0))
+    assert (ep.sent_bytes, ep.recv_bytes) == ((2 * nb, 0) if root == 0 else (0, nb))
+
+
 def test_late_peers_are_left_to_pythons_wait():
     """A peer that has not posted: the call returns after a bounded look, its
     own words published; Python's wait sees the peer post and the call goes
@@ -198,10 +220,11 @@ def test_refuses_what_would_overrun():
     x = np.zeros(16, np.uint8)
     plan = seg.oc.plan
     a, o = address(x), address(np.zeros(32, np.uint8))
-    for args in ((plan[:5], 0, 1, 5, 16, a, 16, o, 16, 0, 0, 1),  # not a plan
-                 (plan, 0, 0, 5, 16, a, 16, o, 16, 0, 0, 1),  # k < 1
-                 (plan, 0, 1, 5, 16, a, 16, o, 16, 0, 8, 1),  # own block past x
-                 (plan, 0, 1, 5, 16, a, 16, o, -1, 0, 0, 1)):  # negative block
+    for args in ((plan[:5], 0, 1, 5, 16, a, 16, o, 16, 0, 0, 1, -1),  # not a plan
+                 (plan, 0, 0, 5, 16, a, 16, o, 16, 0, 0, 1, -1),  # k < 1
+                 (plan, 0, 1, 5, 16, a, 16, o, 16, 0, 8, 1, -1),  # own block past x
+                 (plan, 0, 1, 5, 16, a, 16, o, -1, 0, 0, 1, -1),  # negative block
+                 (plan, 0, 1, 5, 16, a, 16, o, 16, 0, 0, 1, 2)):  # no rank 2
         with pytest.raises(ValueError):
             _native.one_copy_gather(*args)
     assert seg.words(0) == (0, 0, 0, 0, 0, 0)
@@ -247,6 +270,10 @@ with cc.init("shm") as comm:
         y = x.copy()
         comm.all_to_all(y, y, algorithm="one_copy")  # in place
         ok &= np.array_equal(y, t)
+        for root in range(n):
+            s = np.empty(count)
+            comm.scatter(x + root if r == root else None, s, root=root, algorithm="one_copy")
+            ok &= np.array_equal(s, x[r] - 1000 * r + 1000 * root + root)
     every = comm.all_gather(np.array([r, ok, len([c for c in codes if c != 1])]))
     if r == 0:
         print(json.dumps([dict(zip(("rank", "ok", "calls"), map(int, e))) for e in every]))
@@ -255,7 +282,8 @@ with cc.init("shm") as comm:
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_one_copy_takes_the_compiled_call(n):
-    """all_gather and all_to_all's one_copy (in place too) on plain arrays:
+    """all_gather, all_to_all (in place too) and scatter's one_copy (every
+    root) on plain arrays:
     numpy's blocks, each call one compiled gather (two where a peer was
     late: phase 0's answer 1 is not counted)."""
     p = run_mpi(n, ["-c", COUNT], timeout=120)
@@ -264,4 +292,4 @@ def test_one_copy_takes_the_compiled_call(n):
     assert len(rows) == n
     for row in rows:
         assert row["ok"], row
-        assert row["calls"] == 9, row  # three sizes, three calls each
+        assert row["calls"] == 3 * (3 + n), row  # three sizes: 3 calls and n scatters

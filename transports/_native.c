@@ -288,12 +288,15 @@ static int oc_all(const int64_t *pl, int64_t *q, int64_t n, int64_t me, int64_t 
     return 0;
 }
 
-/* one_copy_gather(plan, phase, k, call, key, x, xbytes, out, nb, off, own_off, own):
- * addresses and sizes as ints (the caller has checked its arrays).  Phase 0
- * publishes x's xbytes bytes as publication k and looks for the peers'; 1
- * goes on once Python has waited for them.  Then out + p * nb gets bytes
- * [off, off + nb) of every peer p's source, and (own: 1 plain, 2 with
- * streaming stores) out + rank * nb gets x + own_off's nb bytes.  Returns
+/* one_copy_gather(plan, phase, k, call, key, x, xbytes, out, nb, off, own_off, own,
+ * only): addresses and sizes as ints (the caller has checked its arrays).
+ * Phase 0 publishes x's xbytes bytes as publication k and looks for the
+ * peers'; 1 goes on once Python has waited for them.  Then out + p * nb gets
+ * bytes [off, off + nb) of every peer p's source, and (own: 1 plain, 2 with
+ * streaming stores) out + rank * nb gets x + own_off's nb bytes; with only
+ * a rank (a scatter's root), out itself gets those bytes of only's source
+ * alone (none where only is this rank), and the own block goes to out too.
+ * Returns
  * OC_DONE; OC_LATE where a peer has not published (call again with phase 1
  * once it has); OC_MISMATCH where a peer is in another call or call size;
  * OC_LATE_DONE where every read is done and a peer has not finished (Python
@@ -302,17 +305,17 @@ static int oc_all(const int64_t *pl, int64_t *q, int64_t n, int64_t me, int64_t 
  * (nothing said done then). */
 static PyObject *one_copy_gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "one_copy_gather takes 12 arguments");
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "one_copy_gather takes 13 arguments");
         return NULL;
     }
-    long long v[11];
-    for (int i = 0; i < 11; i++)
+    long long v[12];
+    for (int i = 0; i < 12; i++)
         v[i] = PyLong_AsLongLong(args[i + 1]);
     if (PyErr_Occurred())
         return NULL;
     long long phase = v[0], k = v[1], call = v[2], key = v[3], xaddr = v[4], xbytes = v[5];
-    long long oaddr = v[6], nb = v[7], off = v[8], own_off = v[9], own = v[10];
+    long long oaddr = v[6], nb = v[7], off = v[8], own_off = v[9], own = v[10], only = v[11];
     Py_buffer plan;
     if (PyObject_GetBuffer(args[0], &plan, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -321,6 +324,7 @@ static PyObject *one_copy_gather(PyObject *self, PyObject *const *args, Py_ssize
     int64_t n = words >= OC_HEAD ? pl[1] : 0, me = words >= OC_HEAD ? pl[2] : -1;
     PyObject *result = NULL;
     if (n < 2 || me < 0 || me >= n || (size_t)n > (words - OC_HEAD) / OC_STRIDE || k < 1 ||
+        only < -1 || only >= n ||
         nb < 0 || off < 0 || xbytes < 0 || (own && (own_off < 0 || own_off + nb > xbytes))) {
         PyErr_SetString(PyExc_ValueError, "one_copy_gather: bad arguments");
         goto done;
@@ -353,7 +357,7 @@ static PyObject *one_copy_gather(PyObject *self, PyObject *const *args, Py_ssize
     }
     for (int64_t p = 0; p < n; p++) {
         volatile int64_t *b = q + pl[OC_HEAD + OC_STRIDE * p + OC_BLOCK];
-        if (p != me && nb && off + nb > b[F_BYTES]) {
+        if (p != me && (only < 0 || p == only) && nb && off + nb > b[F_BYTES]) {
             result = Py_BuildValue("iLL", 4, (long long)p, (long long)b[F_BYTES]);
             goto done;
         }
@@ -363,9 +367,11 @@ static PyObject *one_copy_gather(PyObject *self, PyObject *const *args, Py_ssize
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 1; i < n && nb && failed < 0; i++) {
         int64_t p = (me + i) % n;
+        if (only >= 0 && p != only)
+            continue;
         const int64_t *r = pl + OC_HEAD + OC_STRIDE * p;
         char *src = (char *)(intptr_t)q[r[OC_BLOCK] + F_ADDR] + off;
-        char *dst = (char *)(intptr_t)oaddr + p * nb;
+        char *dst = (char *)(intptr_t)oaddr + (only < 0 ? p * nb : 0);
         long long got = 0;
         while (got < nb) {
             struct iovec local = {dst + got, (size_t)(nb - got)};
@@ -381,7 +387,7 @@ static PyObject *one_copy_gather(PyObject *self, PyObject *const *args, Py_ssize
         }
     }
     if (failed < 0 && own && nb) {
-        char *dst = (char *)(intptr_t)oaddr + me * nb;
+        char *dst = (char *)(intptr_t)oaddr + (only < 0 ? me * nb : 0);
         const char *src = (const char *)(intptr_t)xaddr + own_off;
         if (own == 2)
             stream_copy_bytes(dst, src, (size_t)nb);
@@ -1112,7 +1118,7 @@ static PyMethodDef methods[] = {
      "exchange_reduce(reducer, plan, x, out, k, call, key): the small all-reduce of x "
      "into out through the shm exchange buffers; 0 done, 1 a peer is late, 2 mismatch"},
     {"one_copy_gather", (PyCFunction)(void (*)(void))one_copy_gather, METH_FASTCALL,
-     "one_copy_gather(plan, phase, k, call, key, x, xbytes, out, nb, off, own_off, own): "
+     "one_copy_gather(plan, phase, k, call, key, x, xbytes, out, nb, off, own_off, own, only): "
      "a one-copy gather of blocks on shm; 0 done, 1 a peer is late, 2 mismatch, 3 a peer "
      "has not finished, or a tuple naming the peer that failed"},
 #endif

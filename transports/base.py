@@ -204,13 +204,15 @@ class Endpoint:
         is true."""
         raise NotImplementedError(f"{type(self).__name__} has no one-copy path")
 
-    def gather_blocks(self, x, out, nb: int, off: int, own_off: int, own: int) -> bool:
-        """Where the transport can: publish ``x`` (``expose``), fill block p
-        of ``out`` (``nb`` bytes at byte ``p * nb``) with bytes [off, off +
-        nb) of every peer p's source and (``own``: 1 plain, 2 with streaming
-        stores) this rank's block with x's ``nb`` bytes from ``own_off``,
-        then ``finish``, in one compiled call (transports/shm/one_copy.py,
-        ``OneCopy.gather``); True once done.  False, having done nothing,
+    def gather_blocks(self, x, out, nb: int, off: int, own_off: int, own: int,
+                      only: int = -1) -> bool:
+        """Where the transport can: publish ``x`` (``expose``; None: nothing),
+        fill block p of ``out`` (``nb`` bytes at byte ``p * nb``) with bytes
+        [off, off + nb) of every peer p's source and (``own``: 1 plain, 2
+        with streaming stores) this rank's block with x's ``nb`` bytes from
+        ``own_off`` (``only``, a rank: ``out`` itself, from rank only's
+        source alone), then ``finish``, in one compiled call
+        (transports/shm/one_copy.py, ``OneCopy.gather``); True once done.  False, having done nothing,
         elsewhere: the caller runs the same steps through ``expose``."""
         return False
 

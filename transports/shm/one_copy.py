@@ -94,13 +94,15 @@ class OneCopy:
         self._check(tag, key)
         return Remote(self, k, ep)
 
-    def gather(self, ep, x: np.ndarray, out: np.ndarray, nb: int, off: int, own_off: int,
-               own: int) -> bool:
+    def gather(self, ep, x: np.ndarray | None, out: np.ndarray, nb: int, off: int,
+               own_off: int, own: int, only: int = -1) -> bool:
         """``expose(x)``, then block p of ``out`` (``nb`` bytes at ``p * nb``)
         = bytes [off, off + nb) of every peer p's source, and (``own``: 1
         with np.copyto's copy, 2 with streaming stores) this rank's block =
         x's ``nb`` bytes from ``own_off``, then ``finish``: the whole of a
-        one-copy all_gather or all_to_all in one compiled call
+        one-copy all_gather or all_to_all in one compiled call.  ``only``
+        (a scatter's root): ``out`` = those bytes of rank only's source alone
+        (nothing read on only itself), or of x with ``own``
         (transports/_native.c, ``one_copy_gather``), the peers read with
         process_vm_readv.  False, having done nothing, where it is not built
         or this rank maps a peer's communicator-allocated arrays (whose reads
@@ -111,11 +113,12 @@ class OneCopy:
             return False
         self.seq = k = self.seq + 1
         tag, key, plan = ep.tag, ep.call_bytes, self.plan
-        xa, xb, oa = address(x) if x.nbytes else 0, x.nbytes, address(out)
-        code = _gather(plan, 0, k, tag, key, xa, xb, oa, nb, off, own_off, own)
+        xb = 0 if x is None else x.nbytes
+        xa, oa = address(x) if xb else 0, address(out)
+        code = _gather(plan, 0, k, tag, key, xa, xb, oa, nb, off, own_off, own, only)
         if code == 1:  # a peer is late: wait as any call, then go on
             self._wait(D_POSTED, k, ep.block)
-            code = _gather(plan, 1, k, tag, key, xa, xb, oa, nb, off, own_off, own)
+            code = _gather(plan, 1, k, tag, key, xa, xb, oa, nb, off, own_off, own, only)
         if code == 2:
             self._check(tag, key)
         if type(code) is tuple:
@@ -126,8 +129,8 @@ class OneCopy:
             Remote(self, k, ep)._failed(
                 p, OSError(v, f"process_vm_readv with pid {pid}: {os.strerror(v)}"))
         n = len(self.peers) * nb
-        ep.recv_bytes += n
-        ep.sent_bytes += n
+        ep.recv_bytes += n if only < 0 else 0 if only == self.rank else nb
+        ep.sent_bytes += n if only in (-1, self.rank) else 0
         if code == 3:  # a peer has not finished reading
             self._wait(D_DONE, k, ep.block)
         return True

@@ -484,9 +484,11 @@ class ShmEndpoint(Endpoint):
             return super().expose(buf)
         return self.reader.expose(self, buf, huge)
 
-    def gather_blocks(self, x, out, nb: int, off: int, own_off: int, own: int) -> bool:
+    def gather_blocks(self, x, out, nb: int, off: int, own_off: int, own: int,
+                      only: int = -1) -> bool:
         """The one-copy gather of blocks in one compiled call (``OneCopy.gather``)."""
-        return self.reader is not None and self.reader.gather(self, x, out, nb, off, own_off, own)
+        return self.reader is not None and \
+            self.reader.gather(self, x, out, nb, off, own_off, own, only)
 
     # -- exchange through the exchange buffers -------------------------------
     def stage(self, count: int, like: np.ndarray) -> np.ndarray:
