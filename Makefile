@@ -81,7 +81,8 @@ benchmark-micro: venv
 # there; docs/mpi.md says what of it fails)
 OPENMPI_TESTS := tests/test_conformance.py tests/test_mismatch.py tests/test_errors.py \
 	tests/test_faults.py tests/test_hosts.py tests/test_hosts_faults.py tests/test_regions.py \
-	tests/test_usability.py tests/test_variable.py tests/test_mpi_swap.py
+	tests/test_usability.py tests/test_variable.py tests/test_mpi_swap.py tests/test_lanes.py \
+	tests/test_bounded.py
 test-openmpi:
 	$(MAKE) test MPI=openmpi TESTS="$(OPENMPI_TESTS)"
 	$(MAKE) test-cluster MPI=openmpi

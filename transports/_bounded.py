@@ -83,7 +83,9 @@ def _find() -> tuple[_Cvar, int] | None:
         try:
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL | _RTLD_NOLOAD)
             provided = ctypes.c_int()
-            if lib.MPI_T_init_thread(MPI.THREAD_SINGLE, ctypes.byref(provided)):
+            # the level MPI runs at: Open MPI's MPI_T_init_thread sets the level
+            # that MPI_Query_thread reports from then on
+            if lib.MPI_T_init_thread(MPI.Query_thread(), ctypes.byref(provided)):
                 continue
             try:
                 cvar = _Cvar(lib, CVAR)
