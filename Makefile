@@ -82,7 +82,7 @@ benchmark-micro: venv
 OPENMPI_TESTS := tests/test_conformance.py tests/test_mismatch.py tests/test_errors.py \
 	tests/test_faults.py tests/test_hosts.py tests/test_hosts_faults.py tests/test_regions.py \
 	tests/test_usability.py tests/test_variable.py tests/test_mpi_swap.py tests/test_lanes.py \
-	tests/test_bounded.py
+	tests/test_bounded.py tests/test_mpi_refusals.py
 test-openmpi:
 	$(MAKE) test MPI=openmpi TESTS="$(OPENMPI_TESTS)"
 	$(MAKE) test-cluster MPI=openmpi

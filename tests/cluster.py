@@ -50,6 +50,16 @@ def down() -> None:
     cluster("down", check=False)
 
 
+# Open MPI's launch where the survivors of a dead rank on another host run
+# on: its fault-tolerant mode, and its tcp BTL without RDMA put.  With put,
+# a large message arrives through receiver-driven puts, and a receive in
+# progress from a rank that died spins for good inside the next MPI call,
+# in ob1's mca_pml_ob1_recv_request_schedule_once (seen here, about one
+# killed-rank job in fifteen on a loaded machine; docs/mpi.md).
+OPENMPI_SURVIVE = ("--with-ft=ulfm", "--mca", "btl_tcp_flags",
+                   "send,inplace,need-ack,need-csum,hetero-rdma")
+
+
 def command(spec: str, argv: list[str], cleanup: bool = True) -> list[str]:
     """The command that runs ``python argv...`` on the ranks of ``spec``.
     ``cleanup`` False: the survivors of a dead rank run on.  Hydra's
@@ -63,8 +73,8 @@ def command(spec: str, argv: list[str], cleanup: bool = True) -> list[str]:
     run = [sys.executable, *argv]
     if not cleanup:
         run = ["sh", "-c", "trap '' USR1; " + shlex.join(run)]
-    keep = "--with-ft=ulfm" if LAUNCH.kind == "openmpi" else "-disable-auto-cleanup"
-    return [str(SCRIPT), "mpiexec", spec, *([] if cleanup else [keep]), "-n", str(n), *run]
+    keep = [*OPENMPI_SURVIVE] if LAUNCH.kind == "openmpi" else ["-disable-auto-cleanup"]
+    return [str(SCRIPT), "mpiexec", spec, *([] if cleanup else keep), "-n", str(n), *run]
 
 
 def env(**extra: str) -> dict:

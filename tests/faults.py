@@ -227,9 +227,25 @@ class _Reported(Exception):
 
 
 def _stacks() -> str:
+    """Every thread's Python stack, then each OS thread's state, kernel wait
+    channel and system call (/proc), which tell a rank blocked inside a C
+    call from one that loops."""
     import traceback
-    return "\n".join(f"thread {t}:\n" + "".join(traceback.format_stack(f))
-                     for t, f in sys._current_frames().items())[-6000:]
+    tasks = []
+    for tid in sorted(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else ():
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/self/task/{tid}/wchan") as f:
+                wchan = f.read().strip()
+            with open(f"/proc/self/task/{tid}/syscall") as f:
+                call = f.read().split()[0]
+        except (OSError, IndexError):
+            continue
+        tasks.append(f"{tid} {state} {wchan or '-'} syscall {call}")
+    python = "\n".join(f"thread {t}:\n" + "".join(traceback.format_stack(f))
+                       for t, f in sys._current_frames().items())
+    return python[-5000:] + "\ntasks: " + "; ".join(tasks)
 
 
 def main(scenario: str, transport: str, outdir: str, calls: str = "all_reduce") -> None:

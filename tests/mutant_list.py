@@ -81,6 +81,12 @@ MUTANTS: list[Mutant] = [
            "        self.expires = self.expires",
            ("tests/test_faults.py::test_a_transfer_that_keeps_moving_does_not_time_out",),
            "progress does not restart the deadline: a long transfer times out"),
+    Mutant("refused_post_raw", "faults", "transports/mpi.py",
+           "            except MPI.Exception as e:  # Open MPI's fault-tolerant mode: a failed peer",
+           "            except ZeroDivisionError as e:",
+           ("tests/test_mpi_refusals.py",),
+           "a send or receive that MPI refuses to post (a failed peer) raises MPI's own "
+           "exception, not a CollectiveError naming the peer"),
     # -- the benchmark's check -----------------------------------------------------------
     Mutant("bench_checks_mpi_output", "bench", "bench/cases.py",
            "        return self.ip if in_place else self.out",

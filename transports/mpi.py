@@ -68,8 +68,10 @@ def _proc_failed(e: Exception) -> bool:
         return False
 
 
+# mpi4py gives a class that the MPI lacks MPI_ERR_UNKNOWN's value (MPICH has
+# neither of these): that one says nothing of a failed process
 _PROC_FAILED = {getattr(MPI, n) for n in ("ERR_PROC_FAILED", "ERR_PROC_FAILED_PENDING")
-                if hasattr(MPI, n)}
+                if hasattr(MPI, n)} - {MPI.ERR_UNKNOWN}
 
 
 def failed_ranks(comm) -> set[int]:
@@ -131,6 +133,15 @@ def _iprobe_any(comm, tag: int, st) -> bool:
                 if not _proc_failed(e):
                     raise
     return False
+
+
+def _settled(req) -> bool:
+    """Whether a notice's send has completed, or failed (its peer died, in
+    Open MPI's fault-tolerant mode): a notice that cannot go is dropped."""
+    try:
+        return req.Test()
+    except MPI.Exception:
+        return True
 
 
 def _drain(comm, patience: float = 0.2) -> None:
@@ -270,9 +281,12 @@ class Notices:
                     continue
                 # to another machine bounded, where a dead rank can refuse it for
                 # good; a refused notice is dropped (that rank takes no message)
-                req = (_bounded.post(self.comm.Isend, [buf, MPI.BYTE], p, self.tag)
-                       if self.t.elsewhere[p] and _bounded.active()
-                       else self.comm.Isend([buf, MPI.BYTE], p, self.tag))
+                try:
+                    req = (_bounded.post(self.comm.Isend, [buf, MPI.BYTE], p, self.tag)
+                           if self.t.elsewhere[p] and _bounded.active()
+                           else self.comm.Isend([buf, MPI.BYTE], p, self.tag))
+                except MPI.Exception:  # p failed (Open MPI's fault-tolerant mode)
+                    continue
                 if req is not None:
                     self.sent.append((req, buf))
 
@@ -316,8 +330,11 @@ class Notices:
         with t.lock:
             for p in near:
                 if p not in gone:
-                    self.sent.append((self.comm.Isend([buf, MPI.BYTE], p, self.arrival_tag),
-                                      buf))
+                    try:
+                        self.sent.append((self.comm.Isend([buf, MPI.BYTE], p,
+                                                          self.arrival_tag), buf))
+                    except MPI.Exception:  # p failed: its wait's own checks see it
+                        pass
         self._reap()
 
     def drain(self) -> None:
@@ -335,7 +352,7 @@ class Notices:
         """Drop the sends that have completed (arrivals are sent often)."""
         if len(self.sent) > 64:
             with self.t.lock:
-                self.sent = [(r, b) for r, b in self.sent if not r.Test()]
+                self.sent = [(r, b) for r, b in self.sent if not _settled(r)]
 
     def free(self, keep: bool = False) -> None:
         self.comm = _free(self.comm, self.t.lock, keep)
@@ -470,8 +487,11 @@ class MpiEndpoint(Endpoint):
             elif not self._post_bounded(r):
                 self.queued[peer] = deque([r])
         else:
-            with self.t.lock:
-                req = start([b, MPI.BYTE], peer, self._tag(tag))
+            try:
+                with self.t.lock:
+                    req = start([b, MPI.BYTE], peer, self._tag(tag))
+            except MPI.Exception as e:  # Open MPI's fault-tolerant mode: a failed peer
+                raise self.failed(peer, e) from None
             r = _Req(self, req, peer, b.nbytes, sending, acc, op, buf)
         self.live.add(r)
         return r
@@ -480,8 +500,11 @@ class MpiEndpoint(Endpoint):
         """Post send ``r`` to another machine with MPI's retries bounded
         (``_bounded``): False where MPI refused it (the peer's queue stayed
         full, as a dead rank's does), and it stays to be posted later."""
-        with self.t.lock:
-            r.mpi = _bounded.post(self.comm.Isend, *r.later)
+        try:
+            with self.t.lock:
+                r.mpi = _bounded.post(self.comm.Isend, *r.later)
+        except MPI.Exception as e:
+            raise self.failed(r.peer, e) from None
         if r.mpi is None:
             self.refusals += 1
             return False
@@ -802,10 +825,8 @@ class MpiEndpoint(Endpoint):
             had = len(sizes)
             self.flush()  # this rank's sends that MPI refused may be what a peer waits for
             for p in peers:
-                if p not in sizes:
-                    with self.t.lock:
-                        if self.comm.Iprobe(p, tag, st):
-                            sizes[p] = st.Get_count(MPI.BYTE), False
+                if p not in sizes and self._iprobe(p, tag, st):
+                    sizes[p] = st.Get_count(MPI.BYTE), False
             if len(sizes) >= least:
                 return sizes
             if len(sizes) > had:
@@ -841,6 +862,15 @@ class MpiEndpoint(Endpoint):
             if seq == self.tag and key != self.call_bytes and key != UNCHECKED:
                 raise mismatched(p, self.tag, key, self.rank, self.call_bytes)
 
+    def _iprobe(self, p: int, tag: int, st) -> bool:
+        """MPI_Iprobe from ``p``; where MPI fails it (Open MPI's fault-tolerant
+        mode refuses a probe of a failed process), ``failed``'s error."""
+        try:
+            with self.t.lock:
+                return self.comm.Iprobe(p, tag, st)
+        except MPI.Exception as e:
+            raise self.failed(p, e) from None
+
     def _probe(self) -> None:
         """Raise ``mismatched`` for a peer whose first pending message belongs
         to this collective but carries another call size in its tag (no
@@ -850,8 +880,7 @@ class MpiEndpoint(Endpoint):
         for p in range(self.size):
             if p == self.rank:
                 continue
-            with self.t.lock:
-                found = self.comm.Iprobe(p, MPI.ANY_TAG, st)
+            found = self._iprobe(p, MPI.ANY_TAG, st)
             tag = st.Get_tag()
             if found and tag & SEQ_MASK == seq and tag >> SEQ_BITS != mine:
                 raise mismatched(p, self.tag, tag >> SEQ_BITS, self.rank, self.call_bytes,
@@ -868,9 +897,11 @@ class MpiEndpoint(Endpoint):
         for p in range(self.size):
             if p == self.rank:
                 continue
-            with self.t.lock:
-                if not self.comm.Iprobe(p, MPI.ANY_TAG, st):
+            try:
+                if not self._iprobe(p, MPI.ANY_TAG, st):
                     continue
+            except CollectiveError:  # p failed: it takes no word
+                continue
             tag = st.Get_tag()
             back = (seq - tag) & SEQ_MASK
             if back == 0 and self.call_bytes != UNCHECKED:
