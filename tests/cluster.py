@@ -73,7 +73,7 @@ def command(spec: str, argv: list[str], cleanup: bool = True) -> list[str]:
     run = [sys.executable, *argv]
     if not cleanup:
         run = ["sh", "-c", "trap '' USR1; " + shlex.join(run)]
-    keep = [*OPENMPI_SURVIVE] if LAUNCH.kind == "openmpi" else ["-disable-auto-cleanup"]
+    keep = list(OPENMPI_SURVIVE) if LAUNCH.kind == "openmpi" else ["-disable-auto-cleanup"]
     return [str(SCRIPT), "mpiexec", spec, *([] if cleanup else keep), "-n", str(n), *run]
 
 

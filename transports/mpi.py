@@ -487,11 +487,7 @@ class MpiEndpoint(Endpoint):
             elif not self._post_bounded(r):
                 self.queued[peer] = deque([r])
         else:
-            try:
-                with self.t.lock:
-                    req = start([b, MPI.BYTE], peer, self._tag(tag))
-            except MPI.Exception as e:  # Open MPI's fault-tolerant mode: a failed peer
-                raise self.failed(peer, e) from None
+            req = self._call(peer, start, [b, MPI.BYTE], peer, self._tag(tag))
             r = _Req(self, req, peer, b.nbytes, sending, acc, op, buf)
         self.live.add(r)
         return r
@@ -500,11 +496,7 @@ class MpiEndpoint(Endpoint):
         """Post send ``r`` to another machine with MPI's retries bounded
         (``_bounded``): False where MPI refused it (the peer's queue stayed
         full, as a dead rank's does), and it stays to be posted later."""
-        try:
-            with self.t.lock:
-                r.mpi = _bounded.post(self.comm.Isend, *r.later)
-        except MPI.Exception as e:
-            raise self.failed(r.peer, e) from None
+        r.mpi = self._call(r.peer, _bounded.post, self.comm.Isend, *r.later)
         if r.mpi is None:
             self.refusals += 1
             return False
@@ -862,14 +854,18 @@ class MpiEndpoint(Endpoint):
             if seq == self.tag and key != self.call_bytes and key != UNCHECKED:
                 raise mismatched(p, self.tag, key, self.rank, self.call_bytes)
 
-    def _iprobe(self, p: int, tag: int, st) -> bool:
-        """MPI_Iprobe from ``p``; where MPI fails it (Open MPI's fault-tolerant
-        mode refuses a probe of a failed process), ``failed``'s error."""
+    def _call(self, peer: int, fn, *args):
+        """``fn(*args)``, an MPI call that involves ``peer`` (a post, a probe),
+        under the lock; where MPI fails it (Open MPI's fault-tolerant mode
+        refuses one that involves a failed process), ``failed``'s error."""
         try:
             with self.t.lock:
-                return self.comm.Iprobe(p, tag, st)
+                return fn(*args)
         except MPI.Exception as e:
-            raise self.failed(p, e) from None
+            raise self.failed(peer, e) from None
+
+    def _iprobe(self, p: int, tag: int, st) -> bool:
+        return self._call(p, self.comm.Iprobe, p, tag, st)
 
     def _probe(self) -> None:
         """Raise ``mismatched`` for a peer whose first pending message belongs
